@@ -1,0 +1,52 @@
+"""Evaluation of a run's encoder: the labelled data it uses and the metrics it reports."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from analysis.evaluate import extract_features, knn_top1, linear_probe_top1
+from simulator.context import derive_seed
+from simulator.data.datasets import load_dataset
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Labelled train (kNN bank, probe training) and test images; labels used only here."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+
+
+def subset(x: torch.Tensor, y: torch.Tensor, size: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded random subset of ``size`` rows (all rows when ``size`` is None or too large)."""
+    if size is None or size >= len(y):
+        return x, y
+    rows = torch.from_numpy(np.sort(np.random.default_rng(seed).permutation(len(y))[:size]))
+    return x[rows], y[rows]
+
+
+def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
+    dataset_cfg, eval_cfg, seed = scenario["dataset"], scenario["eval"], scenario["seed"]
+    data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=seed)
+    train_x, train_y = subset(data.train_x, data.train_y, eval_cfg["train_subset"], derive_seed(seed, "eval-train"))
+    test_x, test_y = subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, "eval-test"))
+    return EvalData(train_x, train_y, test_x, test_y, data.num_classes)
+
+
+def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping[str, Any],
+                     seed: int) -> dict[str, float]:
+    """kNN (k, temperature from the scenario) and linear-probe top-1 on backbone features."""
+    train_f = extract_features(encoder, data.train_x)
+    test_f = extract_features(encoder, data.test_x)
+    return {
+        "knn_top1": knn_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
+                             k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"]),
+        "linear_top1": linear_probe_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
+                                         epochs=eval_cfg["probe_epochs"], seed=seed),
+    }

@@ -1,0 +1,132 @@
+"""The method interface: a federated method is a server step and a client step.
+
+The engine decides where things run; a method only says what flows. Everything here is plain
+Python/PyTorch and runs in-process (no Ray), so a client step can be profiled or run on a GPU
+machine by itself.
+
+Payloads are dicts keyed by *payload kind* (``"weights"``, ``"correlation"``, ``"centroids"``,
+``"representations"``, ``"heads"``...): the engine accounts the bytes of each kind. ``Stats`` keys
+are ``"<kind>/<name>"`` for the same reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+import torch
+from torch import nn
+
+from simulator.context import RoundContext
+from simulator.stats import Stats
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What a method needs to know about the data to build its models."""
+
+    channels: int
+    image_size: int
+    num_classes: int
+    client_sizes: tuple[int, ...]
+
+
+@dataclass
+class ClientData:
+    """One client's partition: only an id and its samples (labels are for supervised objectives)."""
+
+    client_id: int
+    images: torch.Tensor  # uint8 [n, C, H, W]
+    labels: torch.Tensor  # int64 [n]
+
+
+@dataclass
+class ClientUpload:
+    """What one client sends back.
+
+    ``stats``: the summable part (weights x n_j...), reduced by workers and server.
+    ``record``: the per-client part the server needs individually (a correlation matrix, local
+    centroids, a UV row), keyed by payload kind.
+    ``metrics``: small scalars for logging (e.g. ``loss``).
+    ``client_state``: new persistent state of a stateful client (written to the client-state store).
+    """
+
+    stats: Stats | None = None
+    record: dict[str, Any] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    client_state: Any = None
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        """Bytes this client would send over the network, per payload kind (float32 tensors)."""
+        out: dict[str, int] = {}
+        if self.stats is not None:
+            for key, value in self.stats.sums.items():
+                kind = key.split("/", 1)[0]
+                out[kind] = out.get(kind, 0) + 4 * value.numel()
+        for kind, value in (self.record or {}).items():
+            out[kind] = out.get(kind, 0) + payload_nbytes(value)
+        return out
+
+
+def payload_nbytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested payload (dicts, lists, tuples of tensors)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(payload_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_nbytes(v) for v in obj)
+    return 0
+
+
+class Method:
+    """Base class of federated methods. Subclasses set ``name`` and ``params``.
+
+    ``params`` maps each method-specific scenario key (under ``method:``) to its default value; the
+    scenario validator accepts exactly these keys besides ``name``.
+    """
+
+    name: ClassVar[str]
+    params: ClassVar[dict[str, Any]] = {}
+    has_setup_round: ClassVar[bool] = False
+    stateful_clients: ClassVar[bool] = False
+
+    def __init__(self, scenario: Mapping[str, Any], spec: DataSpec):
+        self.scenario = scenario
+        self.spec = spec
+        self.config = scenario["method"]
+
+    # ---- server side -------------------------------------------------------------------------
+    def init_state(self) -> dict[str, Any]:
+        """The global state before the first round (deterministic in the scenario seed)."""
+        raise NotImplementedError
+
+    def broadcast(self, state: dict[str, Any], ctx: RoundContext) -> dict[str, Any]:
+        """What every client of the round receives, keyed by payload kind."""
+        raise NotImplementedError
+
+    def client_extra(self, state: dict[str, Any], client_id: int, ctx: RoundContext) -> dict[str, Any] | None:
+        """What only this client receives (e.g. its own last correlation matrix), or ``None``."""
+        return None
+
+    def server_update(self, state: dict[str, Any], total: Stats | None,
+                      records: dict[int, dict[str, Any]], ctx: RoundContext
+                      ) -> tuple[dict[str, Any], dict[str, float]]:
+        """The next global state from the round's summed uploads and per-client records.
+
+        ``total`` is ``None`` when no client completed the round. Returns (state, metrics).
+        """
+        raise NotImplementedError
+
+    def eval_encoder(self, state: dict[str, Any]) -> nn.Module:
+        """The encoder whose backbone features are evaluated (kNN, linear probe)."""
+        raise NotImplementedError
+
+    # ---- client side -------------------------------------------------------------------------
+    def make_workspace(self, device: torch.device) -> Any:
+        """Preallocated models and buffers a worker reuses for every client it simulates."""
+        raise NotImplementedError
+
+    def client_update(self, workspace: Any, broadcast: dict[str, Any], extra: dict[str, Any] | None,
+                      data: ClientData, ctx: RoundContext, client_state: Any = None) -> ClientUpload:
+        """One client's local work for the round: a plain function of its inputs."""
+        raise NotImplementedError

@@ -1,0 +1,189 @@
+"""FedAvg (McMahan et al. 2017) with a self-supervised local objective.
+
+Each sampled client starts from the global networks, trains ``training.local_epochs`` epochs of SGD
+on its own data with the objective of ``method.objective`` (SimCLR, spectral contrastive, BYOL,
+SimSiam, or supervised cross-entropy as the upper bound) and uploads its networks weighted by its
+number of samples. The server averages them (Eq. of FedAvg: w = sum_j n_j w_j / sum_j n_j) and either
+takes the average (``server_optimizer: avg``, with server learning rate ``server_lr``:
+w <- w + server_lr (avg - w)) or feeds the averaged delta to Adam (``server_optimizer: adam``,
+FedAdam of Reddi et al. 2021, the setting of Louizos et al. 2024).
+
+BYOL's EMA target is global state too: clients receive it, update it as
+t <- m t + (1 - m) o after each local step (m = ``target_momentum``) and upload it beside the online
+networks, so clients stay stateless (as Orchestra does for its target).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from methods.base import ClientData, ClientUpload, Method
+from methods.objectives import OBJECTIVES, Objective
+from methods.server_optimizer import adam_step
+from simulator.augment import AugmentConfig, BatchAugment, to_float
+from simulator.context import RoundContext, derive_seed
+from simulator.models import build_encoder
+from simulator.stats import Stats
+
+
+@dataclass
+class Workspace:
+    """A worker's preallocated networks, restored in place for every client."""
+
+    online: nn.ModuleDict
+    target: nn.ModuleDict | None
+    slots: dict[str, torch.Tensor]  # flat name -> tensor of the networks' state, written in place
+    augment: BatchAugment
+    device: torch.device
+
+
+class FedAvg(Method):
+    name = "fedavg"
+    params = {
+        "objective": "simclr",
+        "temperature": 0.5,
+        "target_momentum": 0.99,
+        "server_optimizer": "avg",
+        "server_lr": 1.0,
+        "server_betas": [0.9, 0.999],
+        "server_eps": 1e-8,
+    }
+
+    def __init__(self, scenario, spec):
+        super().__init__(scenario, spec)
+        objective_cls = OBJECTIVES[self.config["objective"]]
+        self.objective: Objective = objective_cls(self.config, scenario["model"], spec.num_classes)
+        augment = scenario["augment"]
+        self.augment_config = AugmentConfig(
+            crop_scale=tuple(augment["crop_scale"]), flip_prob=augment["flip_prob"],
+            jitter_prob=augment["jitter_prob"], brightness=augment["brightness"],
+            contrast=augment["contrast"], saturation=augment["saturation"],
+            grayscale_prob=augment["grayscale_prob"])
+
+    # ---- networks ----------------------------------------------------------------------------
+    def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
+        """Online (and target) networks, initialised deterministically from the scenario seed."""
+        torch.manual_seed(derive_seed(self.scenario["seed"], "init"))
+        model = self.scenario["model"]
+        encoder = build_encoder(model["encoder"], self.spec.channels, self.spec.image_size, model["norm"])
+        online = self.objective.build(encoder)
+        target = None
+        if self.objective.uses_target:
+            target = copy.deepcopy(nn.ModuleDict({k: online[k] for k in ("encoder", "projector")}))
+            target.requires_grad_(False)
+        return online, target
+
+    @staticmethod
+    def flat_state(online: nn.Module, target: nn.Module | None) -> dict[str, torch.Tensor]:
+        state = {f"online.{k}": v for k, v in online.state_dict().items()}
+        if target is not None:
+            state.update({f"target.{k}": v for k, v in target.state_dict().items()})
+        return state
+
+    # ---- server side -------------------------------------------------------------------------
+    def init_state(self):
+        online, target = self.build_networks()
+        weights = {k: v.detach().clone() for k, v in self.flat_state(online, target).items()}
+        trainable = [f"online.{k}" for k, _ in online.named_parameters()]
+        return {"weights": weights, "trainable": trainable, "server_opt": None}
+
+    def broadcast(self, state, ctx):
+        return {"weights": state["weights"]}
+
+    def server_update(self, state, total, records, ctx):
+        if total is None:
+            return state, {}
+        averaged = {k.split("/", 1)[1]: v for k, v in total.average().items() if k.startswith("weights/")}
+        weights = dict(state["weights"])
+        for name, value in averaged.items():
+            weights[name] = value.to(weights[name].dtype)
+        if self.config["server_optimizer"] == "adam":
+            trainable = state["trainable"]
+            stepped, opt_state = adam_step(
+                {k: state["weights"][k] for k in trainable}, {k: averaged[k] for k in trainable},
+                state["server_opt"], self.config["server_lr"], tuple(self.config["server_betas"]),
+                self.config["server_eps"])
+            weights.update(stepped)
+            state = {**state, "server_opt": opt_state}
+        elif self.config["server_lr"] != 1.0:
+            lr = self.config["server_lr"]
+            for k in state["trainable"]:
+                weights[k] = state["weights"][k] + lr * (averaged[k] - state["weights"][k])
+        return {**state, "weights": weights}, {}
+
+    def eval_encoder(self, state):
+        model = self.scenario["model"]
+        encoder = build_encoder(model["encoder"], self.spec.channels, self.spec.image_size, model["norm"])
+        prefix = "online.encoder."
+        encoder.load_state_dict({k[len(prefix):]: v for k, v in state["weights"].items()
+                                 if k.startswith(prefix)})
+        return encoder
+
+    # ---- client side -------------------------------------------------------------------------
+    def make_workspace(self, device):
+        online, target = self.build_networks()
+        online.to(device)
+        if target is not None:
+            target.to(device)
+        return Workspace(online, target, self.flat_state(online, target),
+                         BatchAugment(self.augment_config), device)
+
+    def local_lr(self, ctx: RoundContext) -> float:
+        training = ctx.hparams["training"]
+        if training["lr_schedule"] == "cosine":
+            return training["lr"] * 0.5 * (1 + math.cos(math.pi * ctx.progress))
+        return training["lr"]
+
+    def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
+        with torch.no_grad():
+            for name, slot in workspace.slots.items():
+                slot.copy_(broadcast["weights"][name])
+        loss = self.train_locally(workspace, data, ctx)
+        upload = {f"weights/{k}": v for k, v in workspace.slots.items()}
+        return ClientUpload(stats=Stats.from_tensors(upload, len(data.labels)), metrics={"loss": loss})
+
+    def train_locally(self, workspace: Workspace, data: ClientData, ctx: RoundContext) -> float:
+        """Local SGD epochs on the client's data; returns the mean training loss."""
+        training = ctx.hparams["training"]
+        online, target, device = workspace.online, workspace.target, workspace.device
+        online.train()
+        optimizer = torch.optim.SGD(online.parameters(), lr=self.local_lr(ctx),
+                                    momentum=training["momentum"], weight_decay=training["weight_decay"])
+        generator = ctx.client_generator(data.client_id)
+        images = to_float(data.images.to(device))
+        labels = data.labels.to(device)
+        n, batch_size = len(labels), training["batch_size"]
+        momentum = self.config["target_momentum"]
+        losses = []
+        for _ in range(training["local_epochs"]):
+            order = torch.randperm(n, generator=generator).to(device)
+            for start in range(0, n, batch_size):
+                batch = order[start:start + batch_size]
+                if len(batch) < 2:
+                    continue
+                views = [workspace.augment(images[batch], generator) for _ in range(self.objective.num_views)]
+                loss = self.objective.loss(online, target, views, labels[batch])
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"round {ctx.round}, client {data.client_id}, method {self.name}/"
+                        f"{self.objective.name}: loss is {loss.item()}")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                if target is not None:
+                    ema_update(target, online, momentum)
+                losses.append(loss.detach())
+        return torch.stack(losses).mean().item() if losses else float("nan")
+
+
+@torch.no_grad()
+def ema_update(target: nn.ModuleDict, online: nn.ModuleDict, momentum: float) -> None:
+    """t <- m t + (1 - m) o for every parameter of the target (BYOL, Grill et al. 2020, Eq. 1)."""
+    for name, module in target.items():
+        for t, o in zip(module.parameters(), online[name].parameters()):
+            t.mul_(momentum).add_(o, alpha=1 - momentum)

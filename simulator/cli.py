@@ -1,0 +1,59 @@
+"""``fedssl``: run or validate a scenario.
+
+Bad input (an invalid scenario, missing data, an impossible partition, a used output directory)
+prints one line ``fedssl: error: ...`` and exits with code 2, before anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from simulator.scenario import ScenarioError, load_scenario
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedssl", description="Federated self-supervised learning simulator")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (("run", "run a scenario"), ("validate", "check a scenario and its data")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("scenario", help="scenario YAML file")
+        cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a scenario key, e.g. --set training.rounds=5 (repeatable)")
+        if name == "run":
+            cmd.add_argument("--out", help="run directory (default: <output.dir>/<name>-<timestamp>)")
+            cmd.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    return p
+
+
+def check_data(scenario: dict) -> None:
+    """Fail early (DatasetUnavailable, ValueError) if the data or the partition cannot be had."""
+    from simulator.run import prepare_partition
+    prepare_partition(scenario)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from simulator.data.datasets import DatasetUnavailable
+    try:
+        scenario = load_scenario(args.scenario, args.overrides)
+        check_data(scenario)
+        if args.command == "validate":
+            print(f"{args.scenario}: ok ({scenario['method']['name']}, "
+                  f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
+            return 0
+        from simulator.run import run_scenario
+        run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet)
+    except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # raised by partitioners for impossible settings
+        print(f"fedssl: error: {args.scenario}: partition: {err}", file=sys.stderr)
+        return 2
+    print(f"run directory: {run_dir}")
+    print(json.dumps({k: summary[k] for k in ("initial", "final", "rounds_completed", "wall_seconds")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

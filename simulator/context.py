@@ -1,0 +1,48 @@
+"""The frozen per-round context every client step and server step receives."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import torch
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed that depends only on ``parts`` (e.g. run seed, round, client id)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only deep view of a nested mapping."""
+    return MappingProxyType({k: freeze(v) if isinstance(v, Mapping) else v
+                             for k, v in mapping.items()})
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What a round is: its number, its cohort, the hyper-parameters and the run seed.
+
+    Round 0 is the setup round (methods that need one); training rounds are 1..num_rounds.
+    ``hparams`` is the read-only resolved scenario (``hparams["training"]["lr"]``...).
+    """
+
+    round: int
+    num_rounds: int
+    cohort: tuple[int, ...]
+    seed: int
+    hparams: Mapping[str, Any]
+
+    def client_seed(self, client_id: int, stream: str = "train") -> int:
+        return derive_seed(self.seed, self.round, client_id, stream)
+
+    def client_generator(self, client_id: int, stream: str = "train") -> torch.Generator:
+        """The client's random stream for this round: a function of (seed, round, client id)."""
+        return torch.Generator().manual_seed(self.client_seed(client_id, stream))
+
+    @property
+    def progress(self) -> float:
+        """Fraction of training done at the start of this round, in [0, 1)."""
+        return max(self.round - 1, 0) / max(self.num_rounds, 1)

@@ -1,0 +1,143 @@
+"""The Ray engine: worker actors simulate clients, a parameter-server actor runs the method's
+aggregation, an evaluator actor measures the encoder while training goes on.
+
+Per round: the server builds the broadcast once into the object store (plus per-share extras),
+each worker simulates its share of the cohort in its preallocated workspace and returns one summed
+upload, and the server reduces the worker sums. Only this module imports Ray.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import ray
+import torch
+
+from analysis.monitor import evaluate_encoder, load_eval_data
+from methods import build_method
+from methods.base import DataSpec
+from simulator.context import RoundContext
+from simulator.data.store import PartitionReader
+from simulator.federation import Server, WorkerResult, simulate_clients, split_cohort
+
+
+class WorkerFailure(RuntimeError):
+    """A client step raised: the message names round, client and method."""
+
+
+def start_ray(address: str | None) -> None:
+    """Join ``address`` (``auto``: the cluster this machine belongs to) or start a local instance."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "include_dashboard": False}
+    if address is not None:
+        kwargs["address"] = address
+    ray.init(**kwargs)
+
+
+def worker_device(num_gpus: float) -> torch.device:
+    return torch.device("cuda" if num_gpus > 0 and torch.cuda.is_available() else "cpu")
+
+
+@ray.remote
+class WorkerActor:
+    """Simulates clients one after another in one preallocated workspace; holds no client state."""
+
+    def __init__(self, scenario: dict, spec: DataSpec, partition_dir: str):
+        worker = scenario["ray"]["worker"]
+        torch.set_num_threads(max(1, int(worker["num_cpus"])))
+        self.method = build_method(scenario, spec)
+        self.workspace = self.method.make_workspace(worker_device(worker["num_gpus"]))
+        self.reader = PartitionReader(partition_dir)
+
+    def run(self, broadcast: dict, extras: dict, client_ids: list[int], ctx: RoundContext) -> WorkerResult:
+        return simulate_clients(self.method, self.workspace, self.reader.client, broadcast, extras,
+                                client_ids, ctx)
+
+
+@ray.remote
+class ServerActor:
+    """The parameter server: global state and the method's server step."""
+
+    def __init__(self, scenario: dict, spec: DataSpec):
+        self.server = Server(build_method(scenario, spec))
+
+    def payload(self, ctx: RoundContext, shares: list[list[int]]):
+        broadcast, extras, bytes_down = self.server.payload(ctx, shares)
+        return (broadcast, bytes_down, *extras)
+
+    def aggregate(self, ctx: RoundContext, bytes_down, *results: WorkerResult) -> dict[str, float]:
+        metrics = self.server.aggregate(ctx, list(results))
+        for kind, value in bytes_down.items():
+            metrics[f"bytes_down/{kind}"] = float(value)
+        return metrics
+
+    def eval_encoder(self) -> torch.nn.Module:
+        return self.server.eval_encoder()
+
+    def state(self) -> dict:
+        return self.server.state
+
+
+@ray.remote
+class EvaluatorActor:
+    """kNN and linear-probe evaluation, single-threaded so its results do not depend on the host."""
+
+    def __init__(self, scenario: dict):
+        torch.set_num_threads(1)
+        self.scenario = scenario
+        self.data = load_eval_data(scenario)
+
+    def evaluate(self, encoder: torch.nn.Module) -> dict[str, float]:
+        return evaluate_encoder(encoder, self.data, self.scenario["eval"], self.scenario["seed"])
+
+
+class RayFederation:
+    """Actors of one run and the round protocol between them."""
+
+    def __init__(self, scenario: dict, spec: DataSpec, partition_dir: str):
+        worker = scenario["ray"]["worker"]
+        self.sizes = spec.client_sizes
+        self.server = ServerActor.options(num_cpus=0).remote(scenario, spec)
+        self.evaluator = EvaluatorActor.options(num_cpus=0).remote(scenario)
+        self.workers = [
+            WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"]).remote(
+                scenario, spec, partition_dir)
+            for _ in range(scenario["ray"]["num_workers"])]
+
+    def run_round(self, ctx: RoundContext) -> dict[str, float]:
+        """Simulate the round's cohort and apply the server step; returns the round's metrics."""
+        shares = split_cohort(ctx.cohort, self.sizes, len(self.workers))
+        if not shares:
+            return {"clients/completed": 0.0}
+        broadcast, bytes_down, *extras = self.server.payload.options(num_returns=len(shares) + 2).remote(ctx, shares)
+        results = [worker.run.remote(broadcast, share_extras, share, ctx)
+                   for worker, share, share_extras in zip(self.workers, shares, extras)]
+        try:
+            return ray.get(self.server.aggregate.remote(ctx, bytes_down, *results))
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, FloatingPointError):
+                raise WorkerFailure(str(cause)) from None
+            raise
+
+    def submit_eval(self) -> ray.ObjectRef:
+        """Evaluate the current global encoder in the background."""
+        return self.evaluator.evaluate.remote(self.server.eval_encoder.remote())
+
+    def state(self) -> dict:
+        return ray.get(self.server.state.remote())
+
+    def shutdown(self) -> None:
+        for actor in [self.server, self.evaluator, *self.workers]:
+            ray.kill(actor)
+
+
+def get(ref: ray.ObjectRef) -> Any:
+    return ray.get(ref)
+
+
+def ready(ref: ray.ObjectRef) -> bool:
+    return bool(ray.wait([ref], timeout=0)[0])

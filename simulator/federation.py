@@ -1,0 +1,124 @@
+"""The round, without Ray: cohort sampling, worker shares, a worker's client loop, the server step.
+
+``simulator.engine`` places these pieces on Ray actors; they are plain Python so that the same
+round can run in one process (profiling, tests, a GPU machine without Ray).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from methods.base import ClientData, Method, payload_nbytes
+from simulator.context import RoundContext, derive_seed
+from simulator.stats import Stats, sum_stats
+
+
+def sample_cohort(seed: int, round_index: int, num_clients: int, clients_per_round: int,
+                  dropout: float = 0.0) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The sampled clients of a round and those among them that complete it (sorted ids).
+
+    Round 0 (setup) samples every client. Both draws depend only on (seed, round).
+    """
+    rng = np.random.default_rng(derive_seed(seed, round_index, "cohort"))
+    if round_index == 0:
+        sampled = np.arange(num_clients)
+    else:
+        sampled = np.sort(rng.choice(num_clients, size=clients_per_round, replace=False))
+    kept = sampled[rng.random(len(sampled)) >= dropout] if dropout > 0 else sampled
+    return tuple(int(c) for c in sampled), tuple(int(c) for c in kept)
+
+
+def split_cohort(cohort: tuple[int, ...], sizes: np.ndarray, num_workers: int) -> list[list[int]]:
+    """Shares of the cohort with balanced sample counts (longest first, to the lightest worker).
+
+    Sums are exact (``Stats``), so which worker simulates which client does not change results.
+    """
+    shares: list[list[int]] = [[] for _ in range(num_workers)]
+    load = [0] * num_workers
+    for cid in sorted(cohort, key=lambda c: (-int(sizes[c]), c)):
+        lightest = min(range(num_workers), key=lambda w: (load[w], w))
+        shares[lightest].append(cid)
+        load[lightest] += int(sizes[cid])
+    return [sorted(share) for share in shares if share]
+
+
+@dataclass
+class WorkerResult:
+    """What a worker sends back for its share: the sum of its clients' uploads and their records."""
+
+    stats: Stats | None = None
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    bytes_up: Counter = field(default_factory=Counter)
+    client_states: dict[int, Any] = field(default_factory=dict)
+
+
+def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dict[str, Any],
+                     extras: dict[int, Any], client_ids: list[int], ctx: RoundContext,
+                     client_states: dict[int, Any] | None = None) -> WorkerResult:
+    """Run the client step of each client in turn in the worker's workspace and pre-aggregate."""
+    result = WorkerResult()
+    uploads = []
+    for cid in client_ids:
+        images, labels = load_client(cid)
+        state = (client_states or {}).get(cid)
+        upload = method.client_update(workspace, broadcast, extras.get(cid),
+                                      ClientData(cid, images, labels), ctx, state)
+        uploads.append(upload.stats)
+        if upload.record is not None:
+            result.records[cid] = upload.record
+        if upload.client_state is not None:
+            result.client_states[cid] = upload.client_state
+        result.metrics[cid] = upload.metrics
+        result.bytes_up.update(upload.bytes_by_kind())
+    result.stats = sum_stats(uploads)
+    return result
+
+
+class Server:
+    """The method's server step and the global state; what the parameter-server actor runs."""
+
+    def __init__(self, method: Method):
+        self.method = method
+        self.state = method.init_state()
+
+    def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[dict, list[dict[int, Any]], Counter]:
+        """The broadcast, each share's per-client extras, and the bytes sent down per kind."""
+        broadcast = self.method.broadcast(self.state, ctx)
+        bytes_down = Counter({kind: payload_nbytes(v) * len(ctx.cohort) for kind, v in broadcast.items()})
+        extras = []
+        for share in shares:
+            share_extras = {}
+            for cid in share:
+                extra = self.method.client_extra(self.state, cid, ctx)
+                if extra is not None:
+                    share_extras[cid] = extra
+                    bytes_down.update({kind: payload_nbytes(v) for kind, v in extra.items()})
+            extras.append(share_extras)
+        return broadcast, extras, bytes_down
+
+    def aggregate(self, ctx: RoundContext, results: list[WorkerResult]) -> dict[str, float]:
+        """Reduce the workers' sums, apply the server step; returns the round's metrics."""
+        total = sum_stats(r.stats for r in results)
+        records = {cid: rec for r in results for cid, rec in sorted(r.records.items())}
+        records = dict(sorted(records.items()))
+        self.state, metrics = self.method.server_update(self.state, total, records, ctx)
+        client_metrics = {cid: m for r in results for cid, m in r.metrics.items()}
+        names = sorted({name for m in client_metrics.values() for name in m})
+        for name in names:
+            values = [client_metrics[c][name] for c in sorted(client_metrics) if name in client_metrics[c]]
+            metrics[f"train/{name}"] = float(np.mean(values))
+        bytes_up = Counter()
+        for r in results:
+            bytes_up.update(r.bytes_up)
+        for kind, value in bytes_up.items():
+            metrics[f"bytes_up/{kind}"] = float(value)
+        metrics["clients/completed"] = float(len(client_metrics))
+        return metrics
+
+    def eval_encoder(self) -> torch.nn.Module:
+        return self.method.eval_encoder(self.state)

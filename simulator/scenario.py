@@ -1,0 +1,195 @@
+"""Scenario files: defaults, loading, ``--set`` overrides and validation.
+
+A scenario is a YAML mapping with the sections of ``DEFAULTS``; the ``method`` section holds
+``name`` plus the keys its method class declares in ``params``. Every problem is reported as one
+``ScenarioError`` line naming the file, the dotted key and what is expected.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULTS: dict[str, Any] = {
+    "name": "unnamed",
+    "seed": 0,
+    "dataset": {"name": "fashion_mnist", "root": None, "download": False,
+                "cache_dir": "~/.cache/fedssl"},
+    "partition": {"kind": "iid", "alpha": 0.5, "scale_by_prior": False, "k": 2,
+                  "rotation_bins": 10, "rotation_alpha": 0.1},
+    "population": {"num_clients": 100, "clients_per_round": 10, "dropout": 0.0},
+    "model": {"encoder": "small_cnn", "norm": "group", "projector_dim": 128, "hidden_dim": 512},
+    "method": {"name": "fedavg"},
+    "training": {"rounds": 50, "local_epochs": 1, "batch_size": 32, "lr": 0.05,
+                 "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4},
+    "augment": {"crop_scale": [0.35, 1.0], "flip_prob": 0.5, "jitter_prob": 0.8,
+                "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0},
+    "eval": {"every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_epochs": 100,
+             "train_subset": None, "test_subset": None},
+    "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0}},
+    "output": {"dir": "runs", "checkpoint_every": 10},
+}
+
+# Keys whose default is null, and the type they take otherwise.
+NULLABLE = {"dataset.root": str, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str}
+POSITIVE = {"population.num_clients", "population.clients_per_round", "training.rounds",
+            "training.local_epochs", "training.batch_size", "eval.every", "eval.knn_k",
+            "eval.probe_epochs", "ray.num_workers", "model.projector_dim", "model.hidden_dim",
+            "partition.k", "partition.rotation_bins", "eval.train_subset", "eval.test_subset",
+            "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr"}
+NON_NEGATIVE = {"training.momentum", "training.weight_decay", "ray.worker.num_cpus",
+                "ray.worker.num_gpus", "eval.knn_temperature", "augment.brightness",
+                "augment.contrast", "augment.saturation"}
+PROBABILITIES = {"population.dropout", "augment.flip_prob", "augment.jitter_prob",
+                 "augment.grayscale_prob"}
+
+
+class ScenarioError(ValueError):
+    """A one-line description of what is wrong in a scenario: ``FILE: KEY: expected ...``."""
+
+    def __init__(self, source: str, key: str, message: str):
+        super().__init__(f"{source}: {key}: {message}")
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """Keys restricted to a set of names (imported lazily: they come from the packages)."""
+    from methods import METHODS
+    from methods.objectives import OBJECTIVES
+    from simulator.data.datasets import DATASETS
+    from simulator.data.partition import PARTITION_KINDS
+    from simulator.models import ENCODERS
+    return {
+        "dataset.name": tuple(DATASETS), "partition.kind": tuple(PARTITION_KINDS),
+        "model.encoder": tuple(ENCODERS), "model.norm": ("group", "batch"),
+        "method.name": tuple(METHODS), "method.objective": tuple(OBJECTIVES),
+        "method.server_optimizer": ("avg", "adam"), "training.lr_schedule": ("constant", "cosine"),
+    }
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
+    """Read, override, complete with defaults and validate a scenario file."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ScenarioError(source, "-", f"cannot read the file ({err.strerror})") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "-"
+        raise ScenarioError(source, where, f"not valid YAML ({getattr(err, 'problem', err)})") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(source, "-", "expected a mapping of sections at the top level")
+    for item in overrides:
+        apply_override(raw, item)
+    return resolve(raw, source)
+
+
+def apply_override(raw: dict, item: str) -> None:
+    """Apply one ``dotted.key=value`` (value parsed as YAML) to the raw scenario."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ScenarioError("--set", item, "expected dotted.key=value")
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ScenarioError("--set", key, f"{part!r} is not a section")
+    node[parts[-1]] = yaml.safe_load(value)
+
+
+def resolve(raw: dict, source: str = "<scenario>") -> dict[str, Any]:
+    """Defaults merged with ``raw``, type- and range-checked; raises ``ScenarioError``."""
+    from methods import METHODS
+    defaults = copy.deepcopy(DEFAULTS)
+    method_name = (raw.get("method") or {}).get("name", defaults["method"]["name"])
+    if method_name not in METHODS:
+        raise ScenarioError(source, "method.name", f"expected one of {', '.join(METHODS)}, got {method_name!r}")
+    defaults["method"].update(copy.deepcopy(METHODS[method_name].params))
+    scenario = merge(defaults, raw, source, "")
+    check_values(scenario, source)
+    return scenario
+
+
+def merge(defaults: dict, raw: Any, source: str, prefix: str) -> dict:
+    if not isinstance(raw, dict):
+        raise ScenarioError(source, prefix.rstrip(".") or "-", f"expected a mapping, got {type(raw).__name__}")
+    out = {}
+    for key in raw:
+        if key not in defaults:
+            raise ScenarioError(source, prefix + str(key),
+                                f"unknown key; expected one of {', '.join(defaults)}")
+    for key, default in defaults.items():
+        dotted = prefix + key
+        if isinstance(default, dict):
+            out[key] = merge(default, raw.get(key, {}), source, dotted + ".")
+        else:
+            out[key] = check_type(dotted, raw.get(key, default), default, source)
+    return out
+
+
+def check_type(key: str, value: Any, default: Any, source: str) -> Any:
+    if value is None:
+        if default is None:
+            return None
+        raise ScenarioError(source, key, f"expected {type_name(default)}, got null")
+    expected = NULLABLE.get(key) if default is None else type(default)
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is int and isinstance(value, float) and value.is_integer() and key in NULLABLE:
+        return int(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ScenarioError(source, key, f"expected {type_name(default, expected)}, got {value!r}")
+    if expected is list and default and not all(isinstance(v, (int, float)) for v in value):
+        raise ScenarioError(source, key, f"expected a list of numbers, got {value!r}")
+    return value
+
+
+def type_name(default: Any, expected: type | None = None) -> str:
+    expected = expected or type(default)
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+             list: "a list"}
+    return names.get(expected, expected.__name__)
+
+
+def lookup(scenario: dict, dotted: str) -> Any:
+    node = scenario
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def check_values(scenario: dict, source: str) -> None:
+    for key, allowed in choices().items():
+        value = lookup(scenario, key) if key != "method.objective" or "objective" in scenario["method"] else None
+        if value is not None and value not in allowed:
+            raise ScenarioError(source, key, f"expected one of {', '.join(allowed)}, got {value!r}")
+    for key in POSITIVE | NON_NEGATIVE | PROBABILITIES:
+        value = lookup(scenario, key)
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            raise ScenarioError(source, key, f"expected a finite number, got {value!r}")
+        if key in POSITIVE and value <= 0:
+            raise ScenarioError(source, key, f"expected a positive number, got {value!r}")
+        if key in NON_NEGATIVE and value < 0:
+            raise ScenarioError(source, key, f"expected a non-negative number, got {value!r}")
+        if key in PROBABILITIES and not 0 <= value <= 1:
+            raise ScenarioError(source, key, f"expected a probability in [0, 1], got {value!r}")
+    population = scenario["population"]
+    if population["clients_per_round"] > population["num_clients"]:
+        raise ScenarioError(source, "population.clients_per_round",
+                            f"expected at most population.num_clients ({population['num_clients']}), "
+                            f"got {population['clients_per_round']}")
+    gpus = scenario["ray"]["worker"]["num_gpus"]
+    if gpus > 1 and not float(gpus).is_integer():
+        raise ScenarioError(source, "ray.worker.num_gpus",
+                            f"expected a fraction <= 1 or a whole number of GPUs, got {gpus!r}")
+    crop = scenario["augment"]["crop_scale"]
+    if len(crop) != 2 or not 0 < crop[0] <= crop[1] <= 1:
+        raise ScenarioError(source, "augment.crop_scale", f"expected [min, max] with 0 < min <= max <= 1, got {crop!r}")

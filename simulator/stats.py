@@ -1,0 +1,68 @@
+"""Summable client uploads (aggregation as a sum, as in pfl-research's ``stats.py``).
+
+A client turns what it uploads into ``Stats``: named tensors multiplied by an integer weight
+(usually its number of samples). Workers add up their clients' ``Stats`` and the server adds up the
+workers' sums; only then is the average taken. The sums are kept in fixed point (int64, 2**-32
+resolution), so addition is exact and associative: 1, 2 or N workers, in any order, give bitwise the
+same average. Each client's quantisation is a function of that client alone.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+FIXED_POINT_BITS = 32
+_SCALE = float(2**FIXED_POINT_BITS)
+_LIMIT = 2.0**52  # per client: leaves room for 2**11 clients at the limit in an int64 sum
+
+
+class Stats:
+    """Weighted sums of named tensors; ``a + b`` adds, ``average()`` divides by the summed weight."""
+
+    __slots__ = ("sums", "weight")
+
+    def __init__(self, sums: dict[str, torch.Tensor], weight: int):
+        self.sums = sums
+        self.weight = weight
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, torch.Tensor], weight: int) -> "Stats":
+        if not isinstance(weight, int) or weight <= 0:
+            raise ValueError(f"Stats weight must be a positive int, got {weight!r}")
+        sums = {}
+        for name, tensor in tensors.items():
+            scaled = tensor.detach().to("cpu", torch.float64) * (weight * _SCALE)
+            if not torch.isfinite(scaled).all() or scaled.abs().max().item() >= _LIMIT:
+                raise OverflowError(
+                    f"upload {name!r} is not finite or too large for exact aggregation "
+                    f"(max |value| x weight must stay below 2**20)")
+            sums[name] = torch.round(scaled).to(torch.int64)
+        return cls(sums, weight)
+
+    def __add__(self, other: "Stats | None") -> "Stats":
+        if other is None:
+            return self
+        if self.sums.keys() != other.sums.keys():
+            raise ValueError(f"cannot add Stats with keys {sorted(self.sums)} and {sorted(other.sums)}")
+        return Stats({k: self.sums[k] + other.sums[k] for k in self.sums}, self.weight + other.weight)
+
+    __radd__ = __add__
+
+    def average(self) -> dict[str, torch.Tensor]:
+        """The weighted mean of every tensor, as float32."""
+        return {k: (v.to(torch.float64) / (_SCALE * self.weight)).to(torch.float32)
+                for k, v in self.sums.items()}
+
+    def total(self) -> dict[str, torch.Tensor]:
+        """The weighted sum of every tensor, as float64."""
+        return {k: v.to(torch.float64) / _SCALE for k, v in self.sums.items()}
+
+
+def sum_stats(items) -> Stats | None:
+    """Sum an iterable of ``Stats`` (``None`` entries are skipped); ``None`` if there are none."""
+    total = None
+    for item in items:
+        if item is not None:
+            total = item if total is None else total + item
+    return total
