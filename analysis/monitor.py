@@ -39,8 +39,7 @@ def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
     return EvalData(train_x, train_y, test_x, test_y, data.num_classes)
 
 
-def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping[str, Any],
-                     seed: int) -> dict[str, float]:
+def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping[str, Any]) -> dict[str, float]:
     """kNN (k, temperature from the scenario) and linear-probe top-1 on backbone features."""
     train_f = extract_features(encoder, data.train_x)
     test_f = extract_features(encoder, data.test_x)
@@ -48,5 +47,5 @@ def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping
         "knn_top1": knn_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
                              k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"]),
         "linear_top1": linear_probe_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
-                                         epochs=eval_cfg["probe_epochs"], seed=seed),
+                                         max_iter=eval_cfg["probe_iterations"]),
     }

@@ -91,7 +91,7 @@ class EvaluatorActor:
         self.data = load_eval_data(scenario)
 
     def evaluate(self, encoder: torch.nn.Module) -> dict[str, float]:
-        return evaluate_encoder(encoder, self.data, self.scenario["eval"], self.scenario["seed"])
+        return evaluate_encoder(encoder, self.data, self.scenario["eval"])
 
 
 class RayFederation:

@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
                  "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4},
     "augment": {"crop_scale": [0.35, 1.0], "flip_prob": 0.5, "jitter_prob": 0.8,
                 "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0},
-    "eval": {"every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_epochs": 100,
+    "eval": {"every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
              "train_subset": None, "test_subset": None},
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0}},
     "output": {"dir": "runs", "checkpoint_every": 10},
@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
 NULLABLE = {"dataset.root": str, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str}
 POSITIVE = {"population.num_clients", "population.clients_per_round", "training.rounds",
             "training.local_epochs", "training.batch_size", "eval.every", "eval.knn_k",
-            "eval.probe_epochs", "ray.num_workers", "model.projector_dim", "model.hidden_dim",
+            "eval.probe_iterations", "ray.num_workers", "model.projector_dim", "model.hidden_dim",
             "partition.k", "partition.rotation_bins", "eval.train_subset", "eval.test_subset",
             "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr"}
 NON_NEGATIVE = {"training.momentum", "training.weight_decay", "ray.worker.num_cpus",

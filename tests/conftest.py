@@ -1,0 +1,32 @@
+"""One Ray instance for the whole test session, and small synthetic scenarios."""
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance with 4 logical CPUs (so up to 4 one-CPU workers fit on 2 cores)."""
+    import ray
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="warning")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def synthetic_raw(tmp_path):
+    """A tiny synthetic FedAvg+SimCLR scenario (raw dict, before defaults), fast on 2 cores."""
+    return {
+        "name": "tiny", "seed": 3,
+        "dataset": {"name": "synthetic", "cache_dir": str(tmp_path / "cache")},
+        "partition": {"kind": "dirichlet", "alpha": 0.5},
+        "population": {"num_clients": 8, "clients_per_round": 4},
+        "model": {"hidden_dim": 64, "projector_dim": 32},
+        "method": {"name": "fedavg", "objective": "simclr"},
+        "training": {"rounds": 2, "batch_size": 32, "lr": 0.05},
+        "eval": {"every": 1, "probe_iterations": 5, "knn_k": 20},
+        "ray": {"num_workers": 2},
+        "output": {"dir": str(tmp_path / "runs")},
+    }

@@ -1,0 +1,21 @@
+import math
+
+import torch
+
+from methods.server_optimizer import adam_step
+
+
+def test_two_adam_steps_match_a_hand_computation():
+    params = {"w": torch.tensor([1.0, -2.0])}
+    lr, (b1, b2), eps = 0.1, (0.9, 0.999), 1e-8
+    new, state = adam_step(params, {"w": torch.tensor([0.5, -2.0])}, None, lr, (b1, b2), eps)
+    # step 1: g = [0.5, 0]; m = 0.1 g, v = 0.001 g^2; m_hat = g, v_hat = g^2 -> update lr * sign(g)
+    assert torch.allclose(new["w"], torch.tensor([1.0 - 0.1, -2.0]))
+    new2, state2 = adam_step(new, {"w": torch.tensor([0.9, -1.0])}, state, lr, (b1, b2), eps)
+    # step 2: g = [0.0, -1.0]
+    m = [0.9 * 0.05 + 0.1 * 0.0, 0.9 * 0.0 + 0.1 * -1.0]
+    v = [0.999 * 0.00025 + 0.001 * 0.0, 0.999 * 0.0 + 0.001 * 1.0]
+    expected = [p - lr * (mi / (1 - b1**2)) / (math.sqrt(vi / (1 - b2**2)) + eps)
+                for p, mi, vi in zip([0.9, -2.0], m, v)]
+    assert torch.allclose(new2["w"], torch.tensor(expected))
+    assert state2["step"] == 2

@@ -1,0 +1,24 @@
+import pytest
+import torch
+
+from simulator.context import RoundContext, derive_seed, freeze
+
+
+def test_client_randomness_depends_on_seed_round_and_client_only():
+    ctx = RoundContext(round=3, num_rounds=10, cohort=(1, 2), seed=7, hparams=freeze({}))
+    same = RoundContext(round=3, num_rounds=99, cohort=(2, 5, 9), seed=7, hparams=freeze({"a": 1}))
+    draw = lambda c, cid: torch.rand(4, generator=c.client_generator(cid))
+    assert torch.equal(draw(ctx, 2), draw(same, 2))
+    assert not torch.equal(draw(ctx, 2), draw(ctx, 1))
+    other_round = RoundContext(round=4, num_rounds=10, cohort=(2,), seed=7, hparams=freeze({}))
+    assert not torch.equal(draw(ctx, 2), draw(other_round, 2))
+    assert derive_seed(1, 2) != derive_seed(2, 1)
+
+
+def test_context_and_hparams_are_frozen():
+    ctx = RoundContext(round=1, num_rounds=2, cohort=(0,), seed=0, hparams=freeze({"training": {"lr": 0.1}}))
+    with pytest.raises(AttributeError):
+        ctx.round = 2
+    with pytest.raises(TypeError):
+        ctx.hparams["training"]["lr"] = 1.0
+    assert ctx.progress == 0.0

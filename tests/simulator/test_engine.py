@@ -1,0 +1,59 @@
+"""The Ray engine end to end on synthetic data: worker-count invariance and the run directory."""
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from simulator.run import run_scenario
+from simulator.scenario import resolve
+
+TIMING = ("time/", "wall")
+
+
+def run(raw, tmp_path, name, **overrides):
+    raw = {**raw, "ray": {**raw["ray"], **overrides}}
+    run_dir, summary = run_scenario(resolve(raw), str(tmp_path / name), progress=False)
+    table = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    metrics = {(row["round"], row["name"]): row["value"] for row in table
+               if not row["name"].startswith(TIMING)}
+    return run_dir, summary, metrics
+
+
+def test_metrics_do_not_depend_on_the_number_of_workers(ray_session, synthetic_raw, tmp_path):
+    _, s1, m1 = run(synthetic_raw, tmp_path, "w1", num_workers=1)
+    _, s2, m2 = run(synthetic_raw, tmp_path, "w2", num_workers=2)
+    _, s4, m4 = run(synthetic_raw, tmp_path, "w4", num_workers=4)
+    assert m1 == m2 == m4
+    assert (2, "train/loss") in m1 and (2, "eval/knn_top1") in m1
+    assert s1["final"] == s2["final"] == s4["final"]
+
+
+def test_run_directory_holds_scenario_metrics_summary_checkpoint(ray_session, synthetic_raw, tmp_path):
+    run_dir, summary, metrics = run(synthetic_raw, tmp_path, "run")
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    for key in ("knn_top1", "linear_top1"):
+        assert 0.0 <= on_disk["initial"][key] <= 1.0 and 0.0 <= on_disk["final"][key] <= 1.0
+    assert on_disk["rounds_completed"] == 2 and on_disk["wall_seconds"] > 0
+    assert on_disk["bytes_up"] == sum(v for (r, n), v in metrics.items() if n.startswith("bytes_up/"))
+    assert on_disk["bytes_down"] == on_disk["bytes_up"] > 0
+    # 4 clients a round, each downloading and uploading the whole model
+    assert metrics[(1, "bytes_down/weights")] == metrics[(1, "bytes_up/weights")]
+    assert metrics[(1, "clients/sampled")] == 4 and metrics[(1, "clients/completed")] == 4
+    assert (run_dir / "scenario.yaml").exists()
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round_00002.pt"]
+    assert not list(run_dir.rglob(".*.tmp-*"))
+
+
+def test_tensorboard_events_read_back(ray_session, synthetic_raw, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run_dir, _, metrics = run(synthetic_raw, tmp_path, "tb")
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    for tag in ("train/loss", "eval/knn_top1", "eval/linear_top1", "bytes_up/weights",
+                "clients/completed", "time/round_seconds"):
+        assert tag in tags
+    losses = {e.step: e.value for e in events.Scalars("train/loss")}
+    assert losses == pytest.approx({r: v for (r, n), v in metrics.items() if n == "train/loss"})
+    assert sorted(e.step for e in events.Scalars("eval/knn_top1")) == [0, 1, 2]

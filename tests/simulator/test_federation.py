@@ -1,0 +1,63 @@
+"""The round without Ray: sampling, shares and the worker-count invariance of the reduction."""
+import numpy as np
+import torch
+
+from methods import build_method
+from methods.base import DataSpec
+from simulator.context import RoundContext, freeze
+from simulator.data.synthetic import make_synthetic
+from simulator.federation import Server, sample_cohort, simulate_clients, split_cohort
+from simulator.scenario import resolve
+
+
+def test_cohort_is_deterministic_in_seed_and_round():
+    a, _ = sample_cohort(1, 5, 100, 10)
+    assert a == sample_cohort(1, 5, 100, 10)[0]
+    assert a != sample_cohort(1, 6, 100, 10)[0]
+    assert a != sample_cohort(2, 5, 100, 10)[0]
+    assert len(set(a)) == 10 and list(a) == sorted(a)
+    assert sample_cohort(1, 0, 7, 3)[0] == tuple(range(7))  # setup round: everyone
+
+
+def test_dropout_rate_matches_probability():
+    dropped = sum(10 - len(sample_cohort(0, r, 100, 10, dropout=0.3)[1]) for r in range(1, 401))
+    assert abs(dropped / 4000 - 0.3) < 0.03
+
+
+def test_shares_cover_the_cohort_and_balance_samples():
+    sizes = np.array([100, 10, 10, 10, 10, 10, 50, 40])
+    shares = split_cohort(tuple(range(8)), sizes, 2)
+    assert sorted(c for s in shares for c in s) == list(range(8))
+    loads = [sizes[s].sum() for s in shares]
+    assert abs(loads[0] - loads[1]) <= 10
+    assert len(split_cohort((3,), sizes, 4)) == 1
+
+
+def test_same_reduction_with_one_or_several_workers(synthetic_raw):
+    """Different shares of the same cohort give bitwise the same next global state."""
+    scenario = resolve(synthetic_raw)
+    data = make_synthetic(train_per_class=16, test_per_class=2, seed=0)
+    clients = [(data.train_x[i::4], data.train_y[i::4]) for i in range(4)]
+    spec = DataSpec(1, 28, 10, tuple(len(y) for _, y in clients))
+    method = build_method(scenario, spec)
+    cohort = (0, 1, 2, 3)
+    ctx = RoundContext(1, 2, cohort, scenario["seed"], freeze(scenario))
+
+    def next_state(shares):
+        server = Server(method)
+        broadcast, extras, _ = server.payload(ctx, shares)
+        results = []
+        for share, share_extras in zip(shares, extras):
+            workspace = method.make_workspace(torch.device("cpu"))
+            results.append(simulate_clients(method, workspace, lambda c: clients[c], broadcast,
+                                            share_extras, share, ctx))
+        metrics = server.aggregate(ctx, results)
+        return server.state["weights"], metrics
+
+    one, m1 = next_state([[0, 1, 2, 3]])
+    two, m2 = next_state([[3, 0], [2, 1]])
+    four, m4 = next_state([[2], [0], [3], [1]])
+    for name in one:
+        assert torch.equal(one[name], two[name]) and torch.equal(one[name], four[name])
+    assert m1 == m2 == m4
+    assert m1["clients/completed"] == 4 and m1["bytes_up/weights"] > 0

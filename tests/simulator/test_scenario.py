@@ -1,0 +1,74 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.scenario import ScenarioError, load_scenario
+
+SCENARIOS = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").rglob("*.yaml"))
+
+
+def write(tmp_path, raw):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_defaults_fill_a_minimal_scenario(tmp_path):
+    scenario = load_scenario(write(tmp_path, {"name": "x"}))
+    assert scenario["method"]["objective"] == "simclr"
+    assert scenario["ray"]["worker"]["num_gpus"] == 0.0
+    assert scenario["training"]["lr"] == 0.05
+
+
+@pytest.mark.parametrize("raw, key, expected", [
+    ({"trainig": {}}, "trainig", "unknown key"),
+    ({"training": {"epochs": 3}}, "training.epochs", "unknown key; expected one of rounds"),
+    ({"training": {"rounds": "ten"}}, "training.rounds", "expected an integer, got 'ten'"),
+    ({"training": {"rounds": True}}, "training.rounds", "expected an integer"),
+    ({"training": {"lr": -1}}, "training.lr", "expected a positive number"),
+    ({"population": {"num_clients": 5, "clients_per_round": 6}}, "population.clients_per_round",
+     "expected at most population.num_clients (5), got 6"),
+    ({"ray": {"worker": {"num_gpus": 1.5}}}, "ray.worker.num_gpus", "whole number of GPUs"),
+    ({"method": {"name": "fedprox"}}, "method.name", "expected one of fedavg"),
+    ({"method": {"objective": "moco"}}, "method.objective", "expected one of simclr"),
+    ({"method": {"uv": True}}, "method.uv", "unknown key"),
+    ({"partition": {"kind": "shards"}}, "partition.kind", "expected one of iid"),
+    ({"population": {"dropout": 1.5}}, "population.dropout", "probability"),
+    ({"augment": {"crop_scale": [0.9, 0.2]}}, "augment.crop_scale", "0 < min <= max <= 1"),
+    ({"dataset": "fashion_mnist"}, "dataset", "expected a mapping"),
+])
+def test_errors_name_file_key_and_expectation(tmp_path, raw, key, expected):
+    path = write(tmp_path, raw)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: {key}: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_set_overrides_parse_yaml_values(tmp_path):
+    scenario = load_scenario(write(tmp_path, {}), ["training.rounds=7", "ray.address=auto",
+                                                   "method.objective=byol", "eval.train_subset=1000"])
+    assert scenario["training"]["rounds"] == 7
+    assert scenario["ray"]["address"] == "auto"
+    assert scenario["method"]["objective"] == "byol"
+    assert scenario["eval"]["train_subset"] == 1000
+    with pytest.raises(ScenarioError, match="--set: training: expected dotted.key=value"):
+        load_scenario(write(tmp_path, {}), ["training"])
+
+
+def test_unreadable_and_invalid_yaml_files(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read the file"):
+        load_scenario(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(bad)
+
+
+def test_shipped_scenarios_are_valid():
+    assert SCENARIOS, "no scenarios shipped"
+    for path in SCENARIOS:
+        load_scenario(path)

@@ -1,0 +1,53 @@
+import itertools
+
+import pytest
+import torch
+
+from simulator.stats import Stats, sum_stats
+
+
+def uploads(n=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [Stats.from_tensors({"weights/w": torch.randn(50, generator=g) * 10 ** (i % 4 - 2)}, weight=i + 1)
+            for i in range(n)]
+
+
+def test_average_is_the_weighted_mean():
+    a = Stats.from_tensors({"x": torch.tensor([1.0, 2.0])}, weight=1)
+    b = Stats.from_tensors({"x": torch.tensor([4.0, -1.0])}, weight=3)
+    assert torch.allclose((a + b).average()["x"], torch.tensor([13 / 4, -1 / 4]))
+    assert (a + b).weight == 4
+    assert torch.allclose((a + b).total()["x"].float(), torch.tensor([13.0, -1.0]))
+
+
+def test_sum_is_bitwise_independent_of_grouping_and_order():
+    items = uploads()
+    reference = sum_stats(items).average()["weights/w"]
+    for perm in itertools.islice(itertools.permutations(items), 50):
+        grouped = sum_stats([sum_stats(perm[:2]), sum_stats(perm[2:5]), sum_stats(perm[5:])])
+        assert torch.equal(grouped.average()["weights/w"], reference)
+
+
+def test_float_sum_would_not_be_order_independent():
+    """The reason for fixed point: plain float32 sums of the same terms differ with grouping."""
+    items = [t.average()["weights/w"] * t.weight for t in uploads()]
+    left = ((items[0] + items[1]) + items[2]) + ((items[3] + items[4]) + items[5])
+    right = items[0] + (items[1] + (items[2] + (items[3] + (items[4] + items[5]))))
+    assert not torch.equal(left, right)
+
+
+def test_none_is_skipped_and_empty_sum_is_none():
+    a = Stats.from_tensors({"x": torch.ones(2)}, weight=2)
+    assert sum_stats([None, a, None]).weight == 2
+    assert sum_stats([None]) is None
+
+
+def test_bad_inputs_are_rejected():
+    with pytest.raises(ValueError, match="positive int"):
+        Stats.from_tensors({"x": torch.ones(1)}, weight=0)
+    with pytest.raises(OverflowError, match="'x'"):
+        Stats.from_tensors({"x": torch.tensor([float("nan")])}, weight=1)
+    with pytest.raises(OverflowError, match="too large"):
+        Stats.from_tensors({"x": torch.tensor([1e7])}, weight=1)
+    with pytest.raises(ValueError, match="keys"):
+        Stats.from_tensors({"x": torch.ones(1)}, 1) + Stats.from_tensors({"y": torch.ones(1)}, 1)
