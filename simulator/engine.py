@@ -45,11 +45,13 @@ def worker_device(num_gpus: float) -> torch.device:
 class WorkerActor:
     """Simulates clients one after another in one preallocated workspace; holds no client state."""
 
-    def __init__(self, scenario: dict, spec: DataSpec, partition_dir: str):
-        worker = scenario["ray"]["worker"]
-        torch.set_num_threads(max(1, int(worker["num_cpus"])))
-        self.method = build_method(scenario, spec)
-        self.workspace = self.method.make_workspace(worker_device(worker["num_gpus"]))
+    def __init__(self, scenario: dict):
+        self.scenario = scenario
+        torch.set_num_threads(max(1, int(scenario["ray"]["worker"]["num_cpus"])))
+
+    def setup(self, spec: DataSpec, partition_dir: str) -> None:
+        self.method = build_method(self.scenario, spec)
+        self.workspace = self.method.make_workspace(worker_device(self.scenario["ray"]["worker"]["num_gpus"]))
         self.reader = PartitionReader(partition_dir)
 
     def run(self, broadcast: dict, extras: dict, client_ids: list[int], ctx: RoundContext) -> WorkerResult:
@@ -61,8 +63,11 @@ class WorkerActor:
 class ServerActor:
     """The parameter server: global state and the method's server step."""
 
-    def __init__(self, scenario: dict, spec: DataSpec):
-        self.server = Server(build_method(scenario, spec))
+    def __init__(self, scenario: dict):
+        self.scenario = scenario
+
+    def setup(self, spec: DataSpec) -> None:
+        self.server = Server(build_method(self.scenario, spec))
 
     def payload(self, ctx: RoundContext, shares: list[list[int]]):
         broadcast, extras, bytes_down = self.server.payload(ctx, shares)
@@ -95,17 +100,25 @@ class EvaluatorActor:
 
 
 class RayFederation:
-    """Actors of one run and the round protocol between them."""
+    """Actors of one run and the round protocol between them.
 
-    def __init__(self, scenario: dict, spec: DataSpec, partition_dir: str):
+    Actors are created first (their processes start and import while the driver prepares the
+    data), then ``setup`` hands them the data; calls queue in order, so nothing waits in between.
+    """
+
+    def __init__(self, scenario: dict):
         worker = scenario["ray"]["worker"]
-        self.sizes = spec.client_sizes
-        self.server = ServerActor.options(num_cpus=0).remote(scenario, spec)
+        self.server = ServerActor.options(num_cpus=0).remote(scenario)
         self.evaluator = EvaluatorActor.options(num_cpus=0).remote(scenario)
         self.workers = [
-            WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"]).remote(
-                scenario, spec, partition_dir)
+            WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"]).remote(scenario)
             for _ in range(scenario["ray"]["num_workers"])]
+
+    def setup(self, spec: DataSpec, partition_dir: str) -> None:
+        self.sizes = spec.client_sizes
+        self.server.setup.remote(spec)
+        for worker in self.workers:
+            worker.setup.remote(spec, partition_dir)
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
         """Simulate the round's cohort and apply the server step; returns the round's metrics."""

@@ -56,25 +56,36 @@ class Progress:
 def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: bool = True) -> tuple[Path, dict]:
     """Run a resolved scenario; returns the run directory and its summary."""
     start = time.time()
-    ray_error: list[BaseException] = []
+    prepared: dict[str, Any] = {}
 
-    def start_ray():
+    def prepare():  # overlaps data loading and partitioning with Ray's start-up
         try:
-            engine.start_ray(scenario["ray"]["address"])
+            prepared["dir"] = prepare_partition(scenario)
         except BaseException as err:  # re-raised in the driver thread
-            ray_error.append(err)
+            prepared["error"] = err
 
-    ray_thread = threading.Thread(target=start_ray, daemon=True)
-    ray_thread.start()
-    partition_dir = prepare_partition(scenario)
-    reader = PartitionReader(partition_dir)
-    spec = DataSpec(reader.channels, reader.image_size, reader.num_classes, tuple(int(s) for s in reader.sizes))
-    run_dir = new_run_dir(out, scenario)
-    ray_thread.join()
-    if ray_error:
-        raise ray_error[0]
+    loader = threading.Thread(target=prepare, daemon=True)
+    loader.start()
+    # Ray must start in the main thread: its processes die with the thread that spawned them.
+    engine.start_ray(scenario["ray"]["address"])
+    federation = engine.RayFederation(scenario)
+    try:
+        loader.join()
+        if "error" in prepared:
+            raise prepared["error"]
+        partition_dir = prepared["dir"]
+        reader = PartitionReader(partition_dir)
+        spec = DataSpec(reader.channels, reader.image_size, reader.num_classes,
+                        tuple(int(s) for s in reader.sizes))
+        run_dir = new_run_dir(out, scenario)
+        federation.setup(spec, str(partition_dir))
+        return run_dir, run_rounds(federation, scenario, run_dir, start, progress)
+    finally:
+        federation.shutdown()
 
-    federation = engine.RayFederation(scenario, spec, str(partition_dir))
+
+def run_rounds(federation, scenario: dict[str, Any], run_dir: Path, start: float, progress: bool) -> dict:
+    """The rounds, evaluations and checkpoints of a run; writes the run files, returns the summary."""
     log = RunLog(run_dir, start)
     pending = {0: federation.submit_eval()}
     evals: dict[int, dict[str, float]] = {}
@@ -109,7 +120,6 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         evals[done] = engine.get(ref)
         log.log(done, {f"eval/{k}": v for k, v in evals[done].items()})
     log.close()
-    federation.shutdown()
     totals = {"bytes_up": 0.0, "bytes_down": 0.0}
     for _, name, value, _ in log.rows:
         direction = name.split("/", 1)[0]
@@ -123,4 +133,4 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         "bytes_up": totals["bytes_up"], "bytes_down": totals["bytes_down"],
     }
     write_summary(run_dir, summary)
-    return run_dir, summary
+    return summary

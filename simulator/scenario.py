@@ -60,10 +60,10 @@ def choices() -> dict[str, tuple[str, ...]]:
     from methods.objectives import OBJECTIVES
     from simulator.data.datasets import DATASETS
     from simulator.data.partition import PARTITION_KINDS
-    from simulator.models import ENCODERS
+    from simulator.models import ENCODERS, NORMS
     return {
         "dataset.name": tuple(DATASETS), "partition.kind": tuple(PARTITION_KINDS),
-        "model.encoder": tuple(ENCODERS), "model.norm": ("group", "batch"),
+        "model.encoder": tuple(ENCODERS), "model.norm": tuple(NORMS),
         "method.name": tuple(METHODS), "method.objective": tuple(OBJECTIVES),
         "method.server_optimizer": ("avg", "adam"), "training.lr_schedule": ("constant", "cosine"),
     }

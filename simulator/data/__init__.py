@@ -1,0 +1,1 @@
+"""Datasets (``datasets``, ``synthetic``), client partitions (``partition``) and their on-disk store (``store``)."""

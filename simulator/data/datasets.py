@@ -1,0 +1,149 @@
+"""Image datasets as uint8 tensors, loaded from local files (or downloaded on request)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from simulator.data import formats
+
+SYSTEM_ROOT = Path("/usr/share/datasets")
+CACHE_ROOT = Path("~/.cache/fedssl").expanduser()
+
+DATASETS = ("fashion_mnist", "cifar10", "cifar100", "svhn", "synthetic")
+
+
+@dataclass(frozen=True, eq=False)
+class ImageDataset:
+    """A labelled image dataset with a train and a test split (images are square)."""
+
+    name: str
+    train_x: torch.Tensor  # uint8 [N, C, H, W]
+    train_y: torch.Tensor  # int64 [N]
+    test_x: torch.Tensor  # uint8 [M, C, H, W]
+    test_y: torch.Tensor  # int64 [M]
+    num_classes: int
+
+    def __post_init__(self):
+        for split, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
+            if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[2] != x.shape[3]:
+                raise ValueError(f"{split}_x must be a uint8 tensor [N, C, H, H], got {x.dtype} {tuple(x.shape)}")
+            if y.dtype != torch.int64 or tuple(y.shape) != (len(x),):
+                raise ValueError(f"{split}_y must be an int64 tensor [{len(x)}], got {y.dtype} {tuple(y.shape)}")
+        if self.train_x.shape[1:] != self.test_x.shape[1:]:
+            raise ValueError(f"train_x and test_x must have equal [C, H, W], got {tuple(self.train_x.shape[1:])} "
+                             f"and {tuple(self.test_x.shape[1:])}")
+
+    @property
+    def channels(self) -> int:
+        return self.train_x.shape[1]
+
+    @property
+    def image_size(self) -> int:
+        return self.train_x.shape[2]
+
+
+class DatasetUnavailable(Exception):
+    """The dataset's files were not found (or could not be downloaded); the message says where we looked."""
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a file-based dataset lives on disk and how to parse and download it."""
+
+    dirname: str  # directory under SYSTEM_ROOT and CACHE_ROOT
+    layouts: tuple[str, ...]  # subdirectories of a search directory that may hold the files
+    files: tuple[str, ...]  # each may also be present gzip-compressed, with a .gz suffix
+    parse: Callable[[dict[str, Path]], formats.Arrays]
+    torchvision_class: str
+    torchvision_variants: tuple[dict, ...]  # constructor arguments, one download per entry
+    num_classes: int
+    install_hint: str = ""
+
+
+_CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+_SOURCES = {
+    "fashion_mnist": _Source(
+        dirname="fashion-mnist", layouts=("", "FashionMNIST/raw"),
+        files=("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+        parse=formats.fashion_mnist_arrays, torchvision_class="FashionMNIST", torchvision_variants=({},),
+        num_classes=10, install_hint="install them with `apt-get install dataset-fashion-mnist`, "),
+    "cifar10": _Source(
+        dirname="cifar10", layouts=("cifar-10-batches-py",), files=_CIFAR10_TRAIN + ("test_batch",),
+        parse=partial(formats.cifar_arrays, train_names=_CIFAR10_TRAIN, test_name="test_batch", label_key=b"labels"),
+        torchvision_class="CIFAR10", torchvision_variants=({},), num_classes=10),
+    "cifar100": _Source(
+        dirname="cifar100", layouts=("cifar-100-python",), files=("train", "test"),
+        parse=partial(formats.cifar_arrays, train_names=("train",), test_name="test", label_key=b"fine_labels"),
+        torchvision_class="CIFAR100", torchvision_variants=({},), num_classes=100),
+    "svhn": _Source(
+        dirname="svhn", layouts=("",), files=("train_32x32.mat", "test_32x32.mat"), parse=formats.svhn_arrays,
+        torchvision_class="SVHN", torchvision_variants=({"split": "train"}, {"split": "test"}), num_classes=10),
+}
+
+
+def _search_dirs(source: _Source, root: str | Path | None) -> list[Path]:
+    """Directories that may hold the files, in search order: root, the system copy, the download cache."""
+    bases = [Path(root).expanduser()] if root is not None else []
+    bases += [SYSTEM_ROOT / source.dirname, CACHE_ROOT / source.dirname]
+    return [base / layout for base in bases for layout in source.layouts]
+
+
+def _locate(source: _Source, directory: Path) -> dict[str, Path] | None:
+    """Map each of the source's file names to its path in ``directory`` (plain or .gz), or None if any is missing."""
+    found = {}
+    for name in source.files:
+        candidates = [p for p in (directory / name, directory / f"{name}.gz") if p.is_file()]
+        if not candidates:
+            return None
+        found[name] = candidates[0]
+    return found
+
+
+def _download(source: _Source, directory: Path) -> None:
+    """Download the dataset into ``directory`` with torchvision."""
+    import torchvision
+
+    dataset_class = getattr(torchvision.datasets, source.torchvision_class)
+    for variant in source.torchvision_variants:
+        dataset_class(str(directory), download=True, **variant)
+
+
+def _load_files(name: str, root: str | Path | None, download: bool) -> ImageDataset:
+    """Find (or download) a file-based dataset and parse it."""
+    source = _SOURCES[name]
+    directories = _search_dirs(source, root)
+    if download and not any(_locate(source, d) for d in directories):
+        try:
+            _download(source, CACHE_ROOT / source.dirname)
+        except (OSError, RuntimeError) as error:
+            raise DatasetUnavailable(f"{name}: download into {CACHE_ROOT / source.dirname} failed: {error}") from error
+    for directory in directories:
+        files = _locate(source, directory)
+        if files is not None:
+            arrays = [torch.from_numpy(a) for a in source.parse(files)]
+            return ImageDataset(name, *arrays, num_classes=source.num_classes)
+    raise DatasetUnavailable(
+        f"{name}: files {', '.join(source.files)} (optionally .gz) not found in any of "
+        f"{', '.join(map(str, directories))}; {source.install_hint}put them in one of those directories, "
+        f"set dataset.root, or set dataset.download: true")
+
+
+def load_dataset(name: str, root: str | Path | None = None, download: bool = False, seed: int = 0) -> ImageDataset:
+    """Load dataset ``name`` (one of DATASETS); ``seed`` only affects the synthetic dataset.
+
+    Files are searched in ``root`` (if given), then ``SYSTEM_ROOT/<dir>``, then ``CACHE_ROOT/<dir>``;
+    with ``download=True`` missing data is fetched with torchvision into the cache directory.
+    """
+    if name == "synthetic":
+        from simulator.data.synthetic import make_synthetic
+
+        return make_synthetic(seed=seed)
+    if name not in _SOURCES:
+        raise ValueError(f"name must be one of {', '.join(DATASETS)}, got {name!r}")
+    return _load_files(name, root, download)

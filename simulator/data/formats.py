@@ -1,0 +1,85 @@
+"""Parsers for the on-disk formats of the supported image datasets.
+
+Every parser takes the located files (name -> path; a path may end in ``.gz``)
+and returns ``(train_x, train_y, test_x, test_y)`` as numpy arrays: uint8
+images ``[N, C, H, W]`` and int64 labels ``[N]``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+IDX_UINT8 = 0x08
+
+
+def open_maybe_gzip(path: Path) -> IO[bytes]:
+    """Open ``path`` for binary reading, decompressing it if it ends in ``.gz``."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an idx file of unsigned bytes (the MNIST format) into an array of its stated shape."""
+    with open_maybe_gzip(path) as f:
+        data = bytearray(f.read())
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != IDX_UINT8:
+        raise ValueError(f"{path}: not an idx file of unsigned bytes (bad magic number)")
+    ndim = data[3]
+    shape = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
+    offset = 4 + 4 * ndim
+    if len(data) - offset != int(np.prod(shape)):
+        raise ValueError(f"{path}: idx header says shape {shape} but the file holds {len(data) - offset} values")
+    return np.frombuffer(data, np.uint8, offset=offset).reshape(shape)
+
+
+def _checked(path: Path, images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return images and int64 labels after checking that they describe the same number of samples."""
+    if len(images) != len(labels):
+        raise ValueError(f"{path}: {len(images)} images but {len(labels)} labels")
+    return images, labels.astype(np.int64)
+
+
+def fashion_mnist_arrays(files: dict[str, Path]) -> Arrays:
+    """Parse the four Fashion-MNIST idx files (28x28 greyscale)."""
+    splits = []
+    for prefix in ("train", "t10k"):
+        images_path = files[f"{prefix}-images-idx3-ubyte"]
+        images = read_idx(images_path)[:, None]
+        splits += _checked(images_path, images, read_idx(files[f"{prefix}-labels-idx1-ubyte"]))
+    return tuple(splits)
+
+
+def _cifar_batch(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Parse one python-pickle CIFAR batch: rows of 3072 bytes (R, G, B planes of 32x32)."""
+    with open_maybe_gzip(path) as f:
+        batch = pickle.load(f, encoding="bytes")
+    images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+    return _checked(path, images, np.asarray(batch[label_key]))
+
+
+def cifar_arrays(files: dict[str, Path], train_names: tuple[str, ...], test_name: str, label_key: bytes) -> Arrays:
+    """Parse CIFAR-10 (``label_key=b"labels"``) or CIFAR-100 (``b"fine_labels"``) batches."""
+    train = [_cifar_batch(files[name], label_key) for name in train_names]
+    test_x, test_y = _cifar_batch(files[test_name], label_key)
+    return np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), test_x, test_y
+
+
+def _svhn_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Parse one SVHN ``*_32x32.mat`` file: X is [32, 32, 3, N], y is [N, 1] with 10 meaning digit 0."""
+    from scipy.io import loadmat
+
+    with open_maybe_gzip(path) as f:
+        mat = loadmat(f)
+    images = np.ascontiguousarray(mat["X"].transpose(3, 2, 0, 1), dtype=np.uint8)
+    return _checked(path, images, mat["y"].reshape(-1) % 10)
+
+
+def svhn_arrays(files: dict[str, Path]) -> Arrays:
+    """Parse the SVHN cropped-digits train and test files."""
+    return _svhn_split(files["train_32x32.mat"]) + _svhn_split(files["test_32x32.mat"])

@@ -1,0 +1,166 @@
+"""Splitting a training set among simulated clients: iid, label skew, covariate (rotation) skew, or both.
+
+Every kind first decides an owner (client id) for each training sample, so every sample goes to
+exactly one client; all randomness comes from ``numpy.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+PARTITION_KINDS = ("iid", "dirichlet", "classes_per_client", "rotation", "joint")
+
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """Per client: sorted int64 indices into the train set and, for rotation kinds, float32 angles in degrees."""
+
+    indices: tuple[np.ndarray, ...]
+    rotations: tuple[np.ndarray, ...] | None = None
+
+    def sizes(self) -> np.ndarray:
+        """Number of samples of each client."""
+        return np.array([len(i) for i in self.indices], dtype=np.int64)
+
+
+def _iid_owners(num_samples: int, num_clients: int, rng: np.random.Generator) -> np.ndarray:
+    """Random equal split: client sizes differ by at most one."""
+    return rng.permutation(np.arange(num_samples) % num_clients)
+
+
+def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
+    """Split the integer ``total`` proportionally to ``weights`` (largest remainder rounding)."""
+    exact = total * weights / weights.sum()
+    counts = np.floor(exact).astype(np.int64)
+    counts[np.argsort(counts - exact, kind="stable")[: total - counts.sum()]] += 1
+    return counts
+
+
+def _client_class_counts(target: int, proportions: np.ndarray, prior: np.ndarray, available: np.ndarray,
+                         rng: np.random.Generator) -> np.ndarray:
+    """How many samples of each class a client of size ``target`` takes, following its class proportions.
+
+    Classes that run out are dropped and the proportions renormalised over the rest; when the rest
+    carries no weight (tiny alpha), all weight goes to one remaining class drawn by prior, which is
+    the limit of the Dirichlet draw as alpha goes to zero.
+    """
+    taken = np.zeros_like(available)
+    while (needed := target - taken.sum()) > 0:
+        left = available - taken
+        weights = np.where(left > 0, proportions, 0.0)
+        if not weights.sum() > 0:
+            open_prior = np.where(left > 0, prior, 0.0)
+            weights = np.eye(len(prior))[rng.choice(len(prior), p=open_prior / open_prior.sum())]
+        taken += np.minimum(_apportion(needed, weights), left)
+    return taken
+
+
+def _dirichlet_owners(classes: np.ndarray, num_clients: int, alpha: float, scale_by_prior: bool,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Label skew after Hsu et al. (2019): equal-size clients with class proportions ~ Dir(alpha * prior or 1)."""
+    class_counts = np.bincount(classes)
+    prior = class_counts / len(classes)
+    concentration = alpha * (prior if scale_by_prior else np.ones_like(prior))
+    proportions = rng.dirichlet(concentration, size=num_clients)
+    targets = np.bincount(np.arange(len(classes)) % num_clients)
+    available = class_counts.copy()
+    counts = np.empty((num_clients, len(prior)), dtype=np.int64)
+    for client in range(num_clients):
+        counts[client] = _client_class_counts(targets[client], proportions[client], prior, available, rng)
+        available -= counts[client]
+    owners = np.empty(len(classes), dtype=np.int64)
+    for cls, class_members in enumerate(_members_by_class(classes, rng)):
+        owners[class_members] = np.repeat(np.arange(num_clients), counts[:, cls])
+    return owners
+
+
+def _members_by_class(classes: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Sample indices of each class, in random order."""
+    order = rng.permutation(len(classes))
+    order = order[np.argsort(classes[order], kind="stable")]
+    return np.split(order, np.cumsum(np.bincount(classes))[:-1])
+
+
+def _classes_per_client_owners(classes: np.ndarray, num_clients: int, k: int,
+                               rng: np.random.Generator) -> np.ndarray:
+    """Pathological split: client i holds classes perm[i*k : (i+1)*k] (cyclically), each class shared evenly."""
+    num_classes = classes.max() + 1
+    if num_clients * k < num_classes:
+        raise ValueError(f"num_clients * k must be at least the number of classes ({num_classes}) so that every "
+                         f"sample is used, got {num_clients} * {k}")
+    slot_classes = rng.permutation(num_classes)[np.arange(num_clients * k) % num_classes]
+    slot_clients = np.repeat(np.arange(num_clients), k)
+    owners = np.empty(len(classes), dtype=np.int64)
+    for cls, class_members in enumerate(_members_by_class(classes, rng)):
+        holders = slot_clients[slot_classes == cls]
+        owners[class_members] = holders[np.arange(len(class_members)) * len(holders) // len(class_members)]
+    return owners
+
+
+def _rotations(indices: tuple[np.ndarray, ...], bins: int, alpha: float,
+               rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Per-sample angles in [0, 360): each client draws bin weights ~ Dir(alpha), each sample a bin
+    from its client's weights and a uniform angle within that bin."""
+    bin_weights = rng.dirichlet(np.full(bins, alpha), size=len(indices))
+    rotations = []
+    for client_indices, weights in zip(indices, bin_weights):
+        sample_bins = rng.choice(bins, size=len(client_indices), p=weights)
+        angles = (sample_bins + rng.random(len(client_indices))) * (360.0 / bins)
+        rotations.append(angles.astype(np.float32) % np.float32(360))  # float32 rounding may reach 360
+    return tuple(rotations)
+
+
+def _check_arguments(kind: str, classes: np.ndarray, num_clients: int, alpha: float, k: int,
+                     rotation_bins: int, rotation_alpha: float, min_size: int) -> None:
+    """Raise ValueError naming the first argument that is out of range for ``kind``."""
+    num_classes = classes.max() + 1
+    checks = [
+        (kind in PARTITION_KINDS, "kind", f"one of {', '.join(PARTITION_KINDS)}", kind),
+        (1 <= num_clients <= len(classes), "num_clients", f"between 1 and the number of samples ({len(classes)})",
+         num_clients),
+    ]
+    if kind in ("dirichlet", "joint"):
+        checks += [(alpha > 0, "alpha", "positive", alpha),
+                   (1 <= min_size <= len(classes) // num_clients, "min_size",
+                    f"between 1 and samples per client ({len(classes) // num_clients})", min_size)]
+    if kind == "classes_per_client":
+        checks.append((1 <= k <= num_classes, "k", f"between 1 and the number of classes ({num_classes})", k))
+    if kind in ("rotation", "joint"):
+        checks += [(rotation_bins >= 1, "rotation_bins", "at least 1", rotation_bins),
+                   (rotation_alpha > 0, "rotation_alpha", "positive", rotation_alpha)]
+    for ok, name, expected, value in checks:
+        if not ok:
+            raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *, alpha: float = 0.5,
+                   scale_by_prior: bool = False, k: int = 2, rotation_bins: int = 10,
+                   rotation_alpha: float = 0.1, min_size: int = 2) -> Partition:
+    """Split the samples with ``labels`` among ``num_clients`` clients; deterministic in ``seed``.
+
+    iid: random equal split. dirichlet: equal-size clients with class proportions ~ Dir(alpha * prior)
+    if ``scale_by_prior`` else Dir(alpha), each client keeping at least ``min_size`` samples.
+    classes_per_client: each client holds ``k`` classes. rotation: iid, plus per-sample rotation angles
+    skewed per client over ``rotation_bins`` bins by Dir(rotation_alpha). joint: dirichlet plus rotation.
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or len(labels) == 0 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be a non-empty 1-D integer array, got {labels.dtype} {labels.shape}")
+    _, classes = np.unique(labels, return_inverse=True)  # classes present, numbered 0..C-1
+    _check_arguments(kind, classes, num_clients, alpha, k, rotation_bins, rotation_alpha, min_size)
+    rng = np.random.default_rng(seed)
+    if kind in ("iid", "rotation"):
+        owners = _iid_owners(len(classes), num_clients, rng)
+    elif kind in ("dirichlet", "joint"):
+        owners = _dirichlet_owners(classes, num_clients, alpha, scale_by_prior, rng)
+    else:
+        owners = _classes_per_client_owners(classes, num_clients, k, rng)
+    sizes = np.bincount(owners, minlength=num_clients)
+    if sizes.min() == 0:
+        raise ValueError(f"num_clients must be small enough that no client is empty, got {num_clients} "
+                         f"({np.count_nonzero(sizes == 0)} empty)")
+    indices = tuple(np.split(np.argsort(owners, kind="stable"), np.cumsum(sizes)[:-1]))
+    rotations = _rotations(indices, rotation_bins, rotation_alpha, rng) if kind in ("rotation", "joint") else None
+    return Partition(indices, rotations)

@@ -1,0 +1,156 @@
+"""Client partitions: coverage, sizes, label and rotation skew, determinism, argument errors."""
+
+import numpy as np
+import pytest
+
+from simulator.data.partition import PARTITION_KINDS, Partition, make_partition
+
+BALANCED = np.repeat(np.arange(10), 100)  # 10 classes x 100 samples, grouped by class
+SHUFFLED = np.random.default_rng(0).permutation(BALANCED)
+
+
+def dominant_bin_fractions(partition: Partition, bins: int) -> np.ndarray:
+    """Per client, the fraction of its angles in its most common of ``bins`` equal bins."""
+    return np.array([np.bincount((a // (360 / bins)).astype(int)).max() / len(a) for a in partition.rotations])
+
+
+def class_fractions(partition: Partition, labels: np.ndarray) -> np.ndarray:
+    """[clients, classes] fraction of each client's samples in each class."""
+    counts = np.stack([np.bincount(labels[i], minlength=labels.max() + 1) for i in partition.indices])
+    return counts / counts.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", PARTITION_KINDS)
+@pytest.mark.parametrize("num_clients, k", [(1, 10), (7, 2), (50, 3)])
+def test_every_index_is_used_exactly_once_and_no_client_is_empty(kind, num_clients, k):
+    partition = make_partition(kind, SHUFFLED, num_clients, seed=1, alpha=0.05, k=k)
+    assert len(partition.indices) == num_clients
+    np.testing.assert_array_equal(np.sort(np.concatenate(partition.indices)), np.arange(len(SHUFFLED)))
+    assert partition.sizes().min() >= 1 and partition.sizes().sum() == len(SHUFFLED)
+    for indices in partition.indices:
+        assert indices.dtype == np.int64 and np.all(np.diff(indices) > 0)
+
+
+@pytest.mark.parametrize("kind", PARTITION_KINDS)
+def test_same_seed_same_partition_other_seed_different(kind):
+    first, again, other = (make_partition(kind, SHUFFLED, 10, seed=s) for s in (3, 3, 4))
+    for a, b in zip(first.indices, again.indices):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(first.indices, other.indices))
+    if first.rotations is not None:
+        for a, b in zip(first.rotations, again.rotations):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_iid_gives_equal_sizes_and_mixed_classes():
+    partition = make_partition("iid", BALANCED, 3, seed=0)
+    assert partition.sizes().tolist() == [334, 333, 333]
+    assert partition.rotations is None
+    assert class_fractions(partition, BALANCED).min() > 0.05
+
+
+@pytest.mark.parametrize("kind", ["dirichlet", "joint"])
+def test_tiny_alpha_gives_clients_dominated_by_one_class(kind):
+    partition = make_partition(kind, SHUFFLED, 20, seed=0, alpha=1e-3)
+    assert np.median(class_fractions(partition, SHUFFLED).max(axis=1)) == 1.0
+    assert class_fractions(partition, SHUFFLED).max(axis=1).mean() > 0.9
+
+
+def test_huge_alpha_gives_prior_class_distributions():
+    partition = make_partition("dirichlet", SHUFFLED, 10, seed=0, alpha=1e5)
+    np.testing.assert_allclose(class_fractions(partition, SHUFFLED), 0.1, atol=0.011)
+
+
+def test_moderate_alpha_is_between_the_extremes():
+    dominance = class_fractions(make_partition("dirichlet", SHUFFLED, 20, seed=0, alpha=0.5), SHUFFLED).max(axis=1)
+    assert 0.2 < dominance.mean() < 0.9
+
+
+def test_scale_by_prior_follows_class_frequencies():
+    labels = np.random.default_rng(1).permutation(np.repeat(np.arange(4), [700, 100, 100, 100]))
+    scaled = class_fractions(make_partition("dirichlet", labels, 5, seed=0, alpha=1e5, scale_by_prior=True), labels)
+    np.testing.assert_allclose(scaled, [[0.7, 0.1, 0.1, 0.1]] * 5, atol=0.01)
+    uniform = class_fractions(make_partition("dirichlet", labels, 5, seed=0, alpha=1e5), labels)
+    np.testing.assert_allclose(uniform[0], 0.25, atol=0.01)  # the first client draws Dir(alpha * ones)
+
+
+def test_dirichlet_clients_have_equal_sizes_at_least_min_size():
+    for alpha in (1e-3, 1e5):
+        sizes = make_partition("dirichlet", SHUFFLED, 333, seed=0, alpha=alpha, min_size=3).sizes()
+        assert sizes.min() >= 3 and sizes.max() - sizes.min() <= 1
+
+
+def test_one_class_per_client_gives_each_client_a_whole_class():
+    partition = make_partition("classes_per_client", BALANCED, 10, seed=0, k=1)
+    client_classes = [np.unique(BALANCED[i]) for i in partition.indices]
+    assert all(len(c) == 1 for c in client_classes)
+    assert sorted(c[0] for c in client_classes) == list(range(10))
+    assert partition.sizes().tolist() == [100] * 10
+
+
+def test_k_classes_per_client_shares_each_class_evenly():
+    partition = make_partition("classes_per_client", SHUFFLED, 15, seed=2, k=2)
+    holders = {}
+    for cid, indices in enumerate(partition.indices):
+        classes, counts = np.unique(SHUFFLED[indices], return_counts=True)
+        assert len(classes) == 2
+        for cls, count in zip(classes, counts):
+            holders.setdefault(cls, []).append(count)
+    assert sorted(holders) == list(range(10))
+    for counts in holders.values():
+        assert sum(counts) == 100 and max(counts) - min(counts) <= 1
+
+
+def test_rotation_is_iid_with_per_client_skewed_angles():
+    partition = make_partition("rotation", SHUFFLED, 10, seed=0, rotation_bins=10, rotation_alpha=1e-3)
+    assert class_fractions(partition, SHUFFLED).min() > 0.02  # labels stay iid
+    for indices, angles in zip(partition.indices, partition.rotations):
+        assert angles.dtype == np.float32 and angles.shape == indices.shape
+        assert angles.min() >= 0 and angles.max() < 360
+    assert dominant_bin_fractions(partition, 10).mean() > 0.9
+
+
+def test_large_rotation_alpha_spreads_angles_over_all_bins():
+    partition = make_partition("rotation", SHUFFLED, 2, seed=0, rotation_bins=4, rotation_alpha=1e5)
+    assert dominant_bin_fractions(partition, 4).max() < 0.33
+    for angles in partition.rotations:
+        assert len(np.unique(angles)) == len(angles)  # uniform within bins, not bin edges
+
+
+def test_joint_combines_label_skew_and_rotation():
+    partition = make_partition("joint", SHUFFLED, 10, seed=0, alpha=1e-3, rotation_alpha=1e-3)
+    assert class_fractions(partition, SHUFFLED).max(axis=1).mean() > 0.9
+    assert dominant_bin_fractions(partition, 10).mean() > 0.9
+
+
+def test_labels_need_not_be_contiguous():
+    labels = np.repeat([3, 7, 100], 10)
+    partition = make_partition("classes_per_client", labels, 3, seed=0, k=1)
+    assert sorted(len(np.unique(labels[i])) for i in partition.indices) == [1, 1, 1]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(num_clients=0), r"num_clients must be between 1 and the number of samples \(1000\), got 0"),
+    (dict(num_clients=1001), "num_clients must be between 1 and the number of samples"),
+    (dict(kind="shards"), "kind must be one of iid, dirichlet, .*, got 'shards'"),
+    (dict(kind="dirichlet", alpha=0.0), "alpha must be positive, got 0.0"),
+    (dict(kind="joint", alpha=-1.0), "alpha must be positive, got -1.0"),
+    (dict(kind="dirichlet", min_size=200), r"min_size must be between 1 and samples per client \(100\), got 200"),
+    (dict(kind="classes_per_client", k=0), r"k must be between 1 and the number of classes \(10\), got 0"),
+    (dict(kind="classes_per_client", k=11), r"k must be between 1 and the number of classes \(10\), got 11"),
+    (dict(kind="classes_per_client", k=1, num_clients=5), r"num_clients \* k must be at least the number of classes"),
+    (dict(kind="rotation", rotation_bins=0), "rotation_bins must be at least 1, got 0"),
+    (dict(kind="rotation", rotation_alpha=0.0), "rotation_alpha must be positive, got 0.0"),
+    (dict(labels=np.zeros((10, 2), dtype=int)), "labels must be a non-empty 1-D integer array"),
+    (dict(labels=np.zeros(10)), "labels must be a non-empty 1-D integer array"),
+])
+def test_bad_arguments_raise_value_error(arguments, message):
+    call = {"kind": "iid", "labels": SHUFFLED, "num_clients": 10, "seed": 0, **arguments}
+    with pytest.raises(ValueError, match=message):
+        make_partition(call.pop("kind"), call.pop("labels"), call.pop("num_clients"), call.pop("seed"), **call)
+
+
+def test_too_many_clients_for_tiny_classes_raises():
+    labels = np.array([0] * 10 + [1])  # class 1 has one sample but would be shared by several clients
+    with pytest.raises(ValueError, match="no client is empty"):
+        make_partition("classes_per_client", labels, 6, seed=0, k=1)

@@ -1,0 +1,64 @@
+"""Tests for the encoders and MLP heads in simulator.models."""
+
+import pytest
+import torch
+
+from simulator.models import ENCODERS, build_encoder, mlp
+
+SHAPES = [(1, 28), (3, 32)]
+
+
+def parameter_count(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("channels,size", SHAPES)
+@pytest.mark.parametrize("name", ENCODERS)
+def test_encoder_output_shape(name, channels, size):
+    encoder = build_encoder(name, channels, size)
+    with torch.no_grad():
+        features = encoder(torch.rand(2, channels, size, size))
+    assert features.shape == (2, encoder.out_dim)
+
+
+def test_feature_widths():
+    assert build_encoder("small_cnn", 1, 28).out_dim == 128
+    assert build_encoder("large_cnn", 1, 28).out_dim == 256
+    assert build_encoder("resnet18", 3, 32).out_dim == 512
+
+
+def test_large_cnn_has_more_than_twice_the_parameters_of_small_cnn():
+    assert parameter_count(build_encoder("large_cnn", 3, 32)) > 2 * parameter_count(build_encoder("small_cnn", 3, 32))
+
+
+def test_resnet34_is_deeper_than_resnet18():
+    assert parameter_count(build_encoder("resnet34", 3, 32)) > parameter_count(build_encoder("resnet18", 3, 32))
+
+
+@pytest.mark.parametrize("norm,norm_type", [("group", torch.nn.GroupNorm), ("batch", torch.nn.BatchNorm2d)])
+def test_norm_choice(norm, norm_type):
+    encoder = build_encoder("small_cnn", 3, 32, norm=norm)
+    assert any(isinstance(m, norm_type) for m in encoder.modules())
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "large_cnn"])
+def test_gradients_reach_every_parameter(name):
+    encoder = build_encoder(name, 3, 32)
+    encoder(torch.rand(4, 3, 32, 32)).square().mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
+
+
+@pytest.mark.parametrize("num_layers,linear_count", [(1, 1), (2, 2), (3, 3)])
+def test_mlp_shapes(num_layers, linear_count):
+    head = mlp(128, 64, 32, num_layers=num_layers)
+    assert head(torch.rand(5, 128)).shape == (5, 32)
+    assert sum(isinstance(m, torch.nn.Linear) for m in head) == linear_count
+
+
+def test_unknown_names_raise_value_error():
+    with pytest.raises(ValueError, match="small_cnn"):
+        build_encoder("vgg", 3, 32)
+    with pytest.raises(ValueError, match="group"):
+        build_encoder("small_cnn", 3, 32, norm="layer")
+    with pytest.raises(ValueError):
+        mlp(4, 4, 4, num_layers=0)
