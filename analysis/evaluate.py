@@ -132,4 +132,4 @@ def linear_probe_top1(
     optimizer.step(closure)
     with torch.no_grad():
         predictions = probe(test_x).argmax(dim=1)
-    return (predictions == test_labels.long()).float().mean().item()
+    return (predictions == test_labels.long()).double().mean().item()

@@ -1,0 +1,104 @@
+"""FedAvg's client and server steps, in-process (no Ray), for every local objective."""
+import pytest
+import torch
+
+from methods import build_method
+from methods.base import ClientData, DataSpec
+from methods.fedavg import ema_update
+from simulator.context import RoundContext, freeze
+from simulator.data.synthetic import make_synthetic
+from simulator.federation import Server
+from simulator.scenario import resolve
+
+DATA = make_synthetic(train_per_class=8, test_per_class=1, seed=1)
+
+
+def setup(synthetic_raw, **method):
+    raw = {**synthetic_raw, "method": {"name": "fedavg", **method}}
+    scenario = resolve(raw)
+    method = build_method(scenario, DataSpec(1, 28, 10, (80,)))
+    ctx = RoundContext(1, 2, (0,), scenario["seed"], freeze(scenario))
+    return method, ctx
+
+
+def one_client(method, ctx):
+    server = Server(method)
+    workspace = method.make_workspace(torch.device("cpu"))
+    broadcast = method.broadcast(server.state, ctx)
+    upload = method.client_update(workspace, broadcast, None, ClientData(0, DATA.train_x, DATA.train_y), ctx)
+    return server, broadcast, upload
+
+
+@pytest.mark.parametrize("objective", ["simclr", "spectral", "byol", "simsiam", "supervised"])
+def test_client_update_trains_and_uploads_weights(synthetic_raw, objective):
+    method, ctx = setup(synthetic_raw, objective=objective)
+    server, broadcast, upload = one_client(method, ctx)
+    assert upload.stats.weight == len(DATA.train_y)
+    assert torch.isfinite(torch.tensor(upload.metrics["loss"]))
+    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    assert new.keys() == broadcast["weights"].keys()
+    changed = [k for k in new if not torch.allclose(new[k], broadcast["weights"][k].float())]
+    assert any(k.startswith("online.encoder.") for k in changed)
+    if objective == "byol":
+        assert any(k.startswith("target.") for k in changed)
+    else:
+        assert not any(k.startswith("target.") for k in new)
+    # a single client's average is its own model: the server takes it as the new global model
+    state, _ = method.server_update(server.state, upload.stats, {}, ctx)
+    for k in new:
+        assert torch.equal(state["weights"][k], new[k])
+
+
+def test_client_update_is_deterministic_and_restores_in_place(synthetic_raw):
+    method, ctx = setup(synthetic_raw, objective="simclr")
+    _, _, first = one_client(method, ctx)
+    server = Server(method)
+    workspace = method.make_workspace(torch.device("cpu"))
+    broadcast = method.broadcast(server.state, ctx)
+    other = ClientData(1, DATA.train_x[:20], DATA.train_y[:20])
+    method.client_update(workspace, broadcast, None, other, ctx)  # dirty the workspace
+    again = method.client_update(workspace, broadcast, None, ClientData(0, DATA.train_x, DATA.train_y), ctx)
+    for k in first.stats.sums:
+        assert torch.equal(first.stats.sums[k], again.stats.sums[k])
+
+
+def test_server_adam_moves_towards_the_average(synthetic_raw):
+    method, ctx = setup(synthetic_raw, objective="simclr", server_optimizer="adam", server_lr=0.01)
+    server, broadcast, upload = one_client(method, ctx)
+    state, _ = method.server_update(server.state, upload.stats, {}, ctx)
+    averaged = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    name = state["trainable"][0]
+    old, avg, new = broadcast["weights"][name], averaged[name], state["weights"][name]
+    moved = (avg - old).abs() > 1e-4  # where eps is negligible against |g|
+    assert moved.sum() > 0
+    # the first Adam step moves every coordinate by server_lr in the direction of the average
+    assert torch.allclose((new - old)[moved], 0.01 * torch.sign(avg - old)[moved], atol=1e-6)
+    assert state["server_opt"]["step"] == 1
+
+
+def test_plain_average_with_server_lr(synthetic_raw):
+    method, ctx = setup(synthetic_raw, objective="simclr", server_lr=0.5)
+    server, broadcast, upload = one_client(method, ctx)
+    state, _ = method.server_update(server.state, upload.stats, {}, ctx)
+    averaged = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    name = state["trainable"][0]
+    assert torch.allclose(state["weights"][name], 0.5 * (broadcast["weights"][name] + averaged[name]))
+
+
+def test_ema_update_is_the_byol_rule():
+    online = torch.nn.ModuleDict({"encoder": torch.nn.Linear(2, 2)})
+    target = torch.nn.ModuleDict({"encoder": torch.nn.Linear(2, 2)})
+    before = target["encoder"].weight.detach().clone()
+    ema_update(target, online, 0.9)
+    assert torch.allclose(target["encoder"].weight, 0.9 * before + 0.1 * online["encoder"].weight)
+
+
+def test_non_finite_loss_names_round_client_and_method(synthetic_raw):
+    method, ctx = setup(synthetic_raw, objective="simclr")
+    server = Server(method)
+    workspace = method.make_workspace(torch.device("cpu"))
+    broadcast = method.broadcast(server.state, ctx)
+    broadcast = {"weights": {k: v * float("nan") if v.is_floating_point() else v
+                             for k, v in broadcast["weights"].items()}}
+    with pytest.raises(FloatingPointError, match=r"round 1, client 0, method fedavg/simclr: loss is nan"):
+        method.client_update(workspace, broadcast, None, ClientData(0, DATA.train_x, DATA.train_y), ctx)
