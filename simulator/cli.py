@@ -1,4 +1,4 @@
-"""``fedssl``: run or validate a scenario.
+"""``fedssl``: run or validate a scenario, or tabulate finished runs.
 
 Bad input (an invalid scenario, missing data, an impossible partition, a used output directory)
 prints one line ``fedssl: error: ...`` and exits with code 2, before anything is written.
@@ -23,7 +23,22 @@ def parser() -> argparse.ArgumentParser:
         if name == "run":
             cmd.add_argument("--out", help="run directory (default: <output.dir>/<name>-<timestamp>)")
             cmd.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    report = sub.add_parser("report", help="table of finished runs (mean ± std over seeds, per-seed rows)")
+    report.add_argument("runs", nargs="+", help="run directories")
     return p
+
+
+def report(run_dirs: list[str]) -> int:
+    from pathlib import Path
+
+    from analysis.report import markdown_table, read_run
+    try:
+        runs = [read_run(Path(d)) for d in run_dirs]
+    except (ValueError, OSError) as err:
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
+    print(markdown_table(runs), end="")
+    return 0
 
 
 def check_data(scenario: dict) -> None:
@@ -34,6 +49,8 @@ def check_data(scenario: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "report":
+        return report(args.runs)
     from simulator.data.datasets import DatasetUnavailable
     try:
         scenario = load_scenario(args.scenario, args.overrides)

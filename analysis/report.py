@@ -1,0 +1,49 @@
+"""Tables of results from run directories: per-seed rows and mean +- std per scenario name."""
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+COLUMNS = (("initial", "knn_top1"), ("initial", "linear_top1"), ("final", "knn_top1"), ("final", "linear_top1"))
+
+
+def read_run(run_dir: Path) -> dict:
+    """A run's summary with its scenario name and seed; raises ValueError for an unfinished run."""
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists():
+        raise ValueError(f"{run_dir}: no summary.json (the run did not finish)")
+    summary = json.loads(summary_path.read_text())
+    scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], **summary}
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def markdown_table(runs: list[dict]) -> str:
+    """Mean +- sample std over seeds per scenario name, then every run's own numbers."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[run["name"]].append(run)
+    header = "| scenario | seeds | " + " | ".join(f"{a} {b}" for a, b in COLUMNS) + " |"
+    lines = [header, "|" + "---|" * (len(COLUMNS) + 2)]
+    for name, members in groups.items():
+        cells = []
+        for section, key in COLUMNS:
+            values = [m[section][key] for m in members]
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            cells.append(f"{percent(statistics.mean(values))} ± {percent(spread)}")
+        seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
+        lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
+    lines += ["", "| scenario | seed | " + " | ".join(f"{a} {b}" for a, b in COLUMNS) + " | rounds | wall s |",
+              "|" + "---|" * (len(COLUMNS) + 4)]
+    for run in sorted(runs, key=lambda r: (r["name"], r["seed"])):
+        cells = " | ".join(percent(run[s][k]) for s, k in COLUMNS)
+        lines.append(f"| {run['name']} | {run['seed']} | {cells} | {run['rounds_completed']} | "
+                     f"{run['wall_seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
