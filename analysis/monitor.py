@@ -1,6 +1,8 @@
 """Evaluation of a run's encoder: the labelled data it uses and the metrics it reports."""
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -49,3 +51,27 @@ def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping
         "linear_top1": linear_probe_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
                                          max_iter=eval_cfg["probe_iterations"]),
     }
+
+
+def summarize_evaluations(evaluations: dict[str, dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """(overall metrics, every metric to log) from the metrics of each evaluated encoder.
+
+    One ``"global"`` encoder: logged as ``eval/<metric>``. Per-client encoders labelled
+    ``"<group>/<name>"``: logged per label, as ``eval/<group>/<metric>_mean`` and ``_std`` over the
+    group's clients, and as ``eval/<metric>`` = the mean over all clients (the overall value).
+    """
+    metric_names = sorted({m for metrics in evaluations.values() for m in metrics})
+    overall = {m: statistics.fmean(e[m] for e in evaluations.values()) for m in metric_names}
+    logged = {f"eval/{m}": v for m, v in overall.items()}
+    if list(evaluations) == ["global"]:
+        return overall, logged
+    groups: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for label, metrics in sorted(evaluations.items()):
+        groups[label.split("/", 1)[0]].append(metrics)
+        logged.update({f"eval/{label}/{m}": v for m, v in metrics.items()})
+    for group, members in groups.items():
+        for m in metric_names:
+            values = [e[m] for e in members]
+            logged[f"eval/{group}/{m}_mean"] = statistics.fmean(values)
+            logged[f"eval/{group}/{m}_std"] = statistics.pstdev(values)
+    return overall, logged

@@ -11,7 +11,7 @@ are ``"<kind>/<name>"`` for the same reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 from torch import nn
@@ -120,6 +120,14 @@ class Method:
     def eval_encoder(self, state: dict[str, Any]) -> nn.Module:
         """The encoder whose backbone features are evaluated (kNN, linear probe)."""
         raise NotImplementedError
+
+    def eval_encoders(self, state: dict[str, Any], load_client_state: Callable[[int], Any]
+                      ) -> dict[str, nn.Module]:
+        """Encoders to evaluate, by label: ``"global"``, or ``"<group>/<name>"`` for per-client
+        models (e.g. ``"small_cnn/client_7"``), which are reported per label, as mean and spread
+        per group, and as the mean over all. ``load_client_state(cid)`` reads the client-state
+        store (``None`` for a client that never ran)."""
+        return {"global": self.eval_encoder(state)}
 
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device: torch.device) -> Any:

@@ -17,6 +17,7 @@ import torch
 from analysis.monitor import evaluate_encoder, load_eval_data
 from methods import build_method
 from methods.base import DataSpec
+from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader
 from simulator.federation import Server, WorkerResult, simulate_clients, split_cohort
@@ -49,14 +50,22 @@ class WorkerActor:
         self.scenario = scenario
         torch.set_num_threads(max(1, int(scenario["ray"]["worker"]["num_cpus"])))
 
-    def setup(self, spec: DataSpec, partition_dir: str) -> None:
+    def setup(self, spec: DataSpec, partition_dir: str, store: "ray.actor.ActorHandle | None") -> None:
         self.method = build_method(self.scenario, spec)
         self.workspace = self.method.make_workspace(worker_device(self.scenario["ray"]["worker"]["num_gpus"]))
         self.reader = PartitionReader(partition_dir)
+        self.store = store
 
     def run(self, broadcast: dict, extras: dict, client_ids: list[int], ctx: RoundContext) -> WorkerResult:
-        return simulate_clients(self.method, self.workspace, self.reader.client, broadcast, extras,
-                                client_ids, ctx)
+        states = None
+        if self.store is not None:
+            states = {cid: loads(blob) for cid, blob in ray.get(self.store.get.remote(client_ids)).items()}
+        result = simulate_clients(self.method, self.workspace, self.reader.client, broadcast, extras,
+                                  client_ids, ctx, states)
+        if self.store is not None:
+            ray.get(self.store.put.remote({cid: dumps(s) for cid, s in result.client_states.items()}))
+            result.client_states = {}
+        return result
 
 
 @ray.remote
@@ -66,8 +75,9 @@ class ServerActor:
     def __init__(self, scenario: dict):
         self.scenario = scenario
 
-    def setup(self, spec: DataSpec) -> None:
+    def setup(self, spec: DataSpec, store: "ray.actor.ActorHandle | None") -> None:
         self.server = Server(build_method(self.scenario, spec))
+        self.store = store
 
     def payload(self, ctx: RoundContext, shares: list[list[int]]):
         broadcast, extras, bytes_down = self.server.payload(ctx, shares)
@@ -79,8 +89,11 @@ class ServerActor:
             metrics[f"bytes_down/{kind}"] = float(value)
         return metrics
 
-    def eval_encoder(self) -> torch.nn.Module:
-        return self.server.eval_encoder()
+    def eval_encoders(self) -> dict[str, torch.nn.Module]:
+        def load_client_state(cid: int):
+            blob = ray.get(self.store.get.remote([cid])).get(cid) if self.store is not None else None
+            return None if blob is None else loads(blob)
+        return self.server.eval_encoders(load_client_state)
 
     def state(self) -> dict:
         return self.server.state
@@ -95,8 +108,12 @@ class EvaluatorActor:
         self.scenario = scenario
         self.data = load_eval_data(scenario)
 
-    def evaluate(self, encoder: torch.nn.Module) -> dict[str, float]:
-        return evaluate_encoder(encoder, self.data, self.scenario["eval"])
+    def evaluate(self, encoders: dict[str, torch.nn.Module]) -> dict[str, dict[str, float]]:
+        return {label: evaluate_encoder(encoder, self.data, self.scenario["eval"])
+                for label, encoder in encoders.items()}
+
+
+StoreActor = ray.remote(ClientStateStore)
 
 
 class RayFederation:
@@ -114,11 +131,15 @@ class RayFederation:
             WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"]).remote(scenario)
             for _ in range(scenario["ray"]["num_workers"])]
 
-    def setup(self, spec: DataSpec, partition_dir: str) -> None:
+    def setup(self, spec: DataSpec, partition_dir: str, client_state_dir: str | None) -> None:
+        """``client_state_dir``: where the store of a method with stateful clients keeps them."""
         self.sizes = spec.client_sizes
-        self.server.setup.remote(spec)
+        self.store = None
+        if client_state_dir is not None:
+            self.store = StoreActor.options(num_cpus=0).remote(client_state_dir)
+        self.server.setup.remote(spec, self.store)
         for worker in self.workers:
-            worker.setup.remote(spec, partition_dir)
+            worker.setup.remote(spec, partition_dir, self.store)
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
         """Simulate the round's cohort and apply the server step; returns the round's metrics."""
@@ -138,14 +159,15 @@ class RayFederation:
 
     def submit_eval(self) -> ray.ObjectRef:
         """Evaluate the current global encoder in the background."""
-        return self.evaluator.evaluate.remote(self.server.eval_encoder.remote())
+        return self.evaluator.evaluate.remote(self.server.eval_encoders.remote())
 
     def state(self) -> dict:
         return ray.get(self.server.state.remote())
 
     def shutdown(self) -> None:
-        for actor in [self.server, self.evaluator, *self.workers]:
-            ray.kill(actor)
+        for actor in [self.server, self.evaluator, *self.workers, getattr(self, "store", None)]:
+            if actor is not None:
+                ray.kill(actor)
 
 
 def get(ref: ray.ObjectRef) -> Any:

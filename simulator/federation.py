@@ -120,5 +120,5 @@ class Server:
         metrics["clients/completed"] = float(len(client_metrics))
         return metrics
 
-    def eval_encoder(self) -> torch.nn.Module:
-        return self.method.eval_encoder(self.state)
+    def eval_encoders(self, load_client_state) -> dict[str, torch.nn.Module]:
+        return self.method.eval_encoders(self.state, load_client_state)

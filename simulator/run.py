@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from analysis.monitor import summarize_evaluations
 from methods import METHODS
 from methods.base import DataSpec
 from simulator import engine
@@ -78,7 +79,8 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         spec = DataSpec(reader.channels, reader.image_size, reader.num_classes,
                         tuple(int(s) for s in reader.sizes))
         run_dir = new_run_dir(out, scenario)
-        federation.setup(spec, str(partition_dir))
+        stateful = METHODS[scenario["method"]["name"]].stateful_clients
+        federation.setup(spec, str(partition_dir), str(run_dir / "client_state") if stateful else None)
         return run_dir, run_rounds(federation, scenario, run_dir, start, progress)
     finally:
         federation.shutdown()
@@ -110,15 +112,15 @@ def run_rounds(federation, scenario: dict[str, Any], run_dir: Path, start: float
         if r >= 1 and (r % eval_every == 0 or r == rounds):
             pending[r] = federation.submit_eval()
         for done in [k for k, ref in pending.items() if engine.ready(ref)]:
-            evals[done] = engine.get(pending.pop(done))
-            log.log(done, {f"eval/{k}": v for k, v in evals[done].items()})
+            evals[done], logged = summarize_evaluations(engine.get(pending.pop(done)))
+            log.log(done, logged)
         if r >= 1 and (r % checkpoint_every == 0 or r == rounds):
             write_checkpoint(run_dir, r, federation.state())
         log.flush()
         display.show(r, metrics, evals[max(evals)] if evals else {})
     for done, ref in sorted(pending.items()):
-        evals[done] = engine.get(ref)
-        log.log(done, {f"eval/{k}": v for k, v in evals[done].items()})
+        evals[done], logged = summarize_evaluations(engine.get(ref))
+        log.log(done, logged)
     log.close()
     totals = {"bytes_up": 0.0, "bytes_down": 0.0}
     for _, name, value, _ in log.rows:
