@@ -17,11 +17,13 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (("run", "run a scenario"), ("validate", "check a scenario and its data")):
         cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("scenario", help="scenario YAML file")
+        cmd.add_argument("scenario", nargs="?" if name == "run" else None, help="scenario YAML file")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a scenario key, e.g. --set training.rounds=5 (repeatable)")
         if name == "run":
             cmd.add_argument("--out", help="run directory (default: <output.dir>/<name>-<timestamp>)")
+            cmd.add_argument("--resume", metavar="RUN_DIR",
+                             help="continue an interrupted run from its newest checkpoint")
             cmd.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     report = sub.add_parser("report", help="table of finished runs (mean ± std over seeds, per-seed rows)")
     report.add_argument("runs", nargs="+", help="run directories")
@@ -41,6 +43,19 @@ def report(run_dirs: list[str]) -> int:
     return 0
 
 
+def resumable(run_dir: str, overrides: list[str]) -> str:
+    """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
+    from pathlib import Path
+    path = Path(run_dir)
+    if overrides:
+        raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
+    if not (path / "scenario.yaml").exists():
+        raise ScenarioError(run_dir, "-", "not a run directory (no scenario.yaml)")
+    if (path / "summary.json").exists():
+        raise ScenarioError(run_dir, "-", "the run has finished (summary.json exists); nothing to resume")
+    return str(path / "scenario.yaml")
+
+
 def check_data(scenario: dict) -> None:
     """Fail early (DatasetUnavailable, ValueError) if the data or the partition cannot be had."""
     from simulator.run import prepare_partition
@@ -53,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return report(args.runs)
     from simulator.data.datasets import DatasetUnavailable
     try:
+        if args.command == "run" and (args.resume is None) == (args.scenario is None):
+            raise ScenarioError("fedssl run", "-", "expected a scenario file or --resume RUN_DIR (one of them)")
+        if args.command == "run" and args.resume:
+            args.scenario = resumable(args.resume, args.overrides)
         scenario = load_scenario(args.scenario, args.overrides)
         check_data(scenario)
         if args.command == "validate":
@@ -60,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
         from simulator.run import run_scenario
-        run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet)
+        run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

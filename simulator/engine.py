@@ -56,7 +56,11 @@ class WorkerActor:
         self.reader = PartitionReader(partition_dir)
         self.store = store
 
-    def run(self, broadcast: dict, extras: dict, client_ids: list[int], ctx: RoundContext) -> WorkerResult:
+    @ray.method(num_returns=2)
+    def run(self, broadcast: dict, extras: dict, client_ids: list[int], ctx: RoundContext
+            ) -> tuple[int, WorkerResult]:
+        """(number of clients simulated, their summed uploads): the small first value lets the
+        driver see that the share is done, or that the worker died, without fetching the sums."""
         states = None
         if self.store is not None:
             states = {cid: loads(blob) for cid, blob in ray.get(self.store.get.remote(client_ids)).items()}
@@ -65,7 +69,10 @@ class WorkerActor:
         if self.store is not None:
             ray.get(self.store.put.remote({cid: dumps(s) for cid, s in result.client_states.items()}))
             result.client_states = {}
-        return result
+        return len(client_ids), result
+
+    def pid(self) -> int:
+        return os.getpid()
 
 
 @ray.remote
@@ -98,6 +105,9 @@ class ServerActor:
     def state(self) -> dict:
         return self.server.state
 
+    def restore(self, state: dict) -> None:
+        self.server.state = state
+
 
 @ray.remote
 class EvaluatorActor:
@@ -123,39 +133,66 @@ class RayFederation:
     data), then ``setup`` hands them the data; calls queue in order, so nothing waits in between.
     """
 
+    MAX_WORKER_RESTARTS_PER_ROUND = 3
+
     def __init__(self, scenario: dict):
-        worker = scenario["ray"]["worker"]
+        self.scenario = scenario
         self.server = ServerActor.options(num_cpus=0).remote(scenario)
         self.evaluator = EvaluatorActor.options(num_cpus=0).remote(scenario)
-        self.workers = [
-            WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"]).remote(scenario)
-            for _ in range(scenario["ray"]["num_workers"])]
+        self.workers = [self.new_worker() for _ in range(scenario["ray"]["num_workers"])]
+        self.store = None
+        self.worker_restarts = 0
+
+    def new_worker(self) -> "ray.actor.ActorHandle":
+        worker = self.scenario["ray"]["worker"]
+        return WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"]).remote(self.scenario)
 
     def setup(self, spec: DataSpec, partition_dir: str, client_state_dir: str | None) -> None:
         """``client_state_dir``: where the store of a method with stateful clients keeps them."""
-        self.sizes = spec.client_sizes
-        self.store = None
+        self.spec, self.partition_dir = spec, partition_dir
         if client_state_dir is not None:
             self.store = StoreActor.options(num_cpus=0).remote(client_state_dir)
         self.server.setup.remote(spec, self.store)
         for worker in self.workers:
             worker.setup.remote(spec, partition_dir, self.store)
 
+    def replace_worker(self, index: int) -> None:
+        """A dead worker's replacement (on any node with room); its share is simulated again."""
+        self.workers[index] = self.new_worker()
+        self.workers[index].setup.remote(self.spec, self.partition_dir, self.store)
+        self.worker_restarts += 1
+
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
-        """Simulate the round's cohort and apply the server step; returns the round's metrics."""
-        shares = split_cohort(ctx.cohort, self.sizes, len(self.workers))
+        """Simulate the round's cohort and apply the server step; returns the round's metrics.
+
+        A share whose worker dies (killed process, out of memory, lost node) is simulated again on
+        a new worker; client randomness and exact sums make the result the same as without fault.
+        """
+        shares = split_cohort(ctx.cohort, self.spec.client_sizes, len(self.workers))
         if not shares:
             return {"clients/completed": 0.0}
         broadcast, bytes_down, *extras = self.server.payload.options(num_returns=len(shares) + 2).remote(ctx, shares)
-        results = [worker.run.remote(broadcast, share_extras, share, ctx)
-                   for worker, share, share_extras in zip(self.workers, shares, extras)]
-        try:
-            return ray.get(self.server.aggregate.remote(ctx, bytes_down, *results))
-        except ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, FloatingPointError):
-                raise WorkerFailure(str(cause)) from None
-            raise
+        submit = lambda i: self.workers[i].run.remote(broadcast, extras[i], shares[i], ctx)
+        submitted = [submit(i) for i in range(len(shares))]
+        for attempt in range(self.MAX_WORKER_RESTARTS_PER_ROUND + 1):
+            failed = []
+            for i, (status, _) in enumerate(submitted):
+                try:
+                    ray.get(status)
+                except ray.exceptions.RayActorError:
+                    failed.append(i)
+                except ray.exceptions.RayTaskError as err:
+                    if isinstance(getattr(err, "cause", None), FloatingPointError):
+                        raise WorkerFailure(str(err.cause)) from None
+                    raise
+            if not failed:
+                break
+            if attempt == self.MAX_WORKER_RESTARTS_PER_ROUND:
+                raise RuntimeError(f"round {ctx.round}: workers kept dying; giving up after {attempt} restarts")
+            for i in failed:
+                self.replace_worker(i)
+                submitted[i] = submit(i)
+        return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
 
     def submit_eval(self) -> ray.ObjectRef:
         """Evaluate the current global encoder in the background."""
@@ -163,6 +200,9 @@ class RayFederation:
 
     def state(self) -> dict:
         return ray.get(self.server.state.remote())
+
+    def restore(self, state: dict) -> None:
+        ray.get(self.server.restore.remote(state))
 
     def shutdown(self) -> None:
         for actor in [self.server, self.evaluator, *self.workers, getattr(self, "store", None)]:

@@ -1,11 +1,14 @@
 """The driver of one run: data, Ray start-up (overlapped), the rounds, evaluation, the run files."""
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from analysis.monitor import summarize_evaluations
 from methods import METHODS
@@ -16,7 +19,8 @@ from simulator.data.datasets import load_dataset
 from simulator.data.partition import make_partition
 from simulator.data.store import PartitionReader, cached_partition_dir, write_partition
 from simulator.federation import sample_cohort
-from simulator.runlog import RunLog, new_run_dir, write_checkpoint, write_summary
+from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
+                              write_summary)
 
 
 def prepare_partition(scenario: dict[str, Any]) -> Path:
@@ -54,8 +58,10 @@ class Progress:
         print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)
 
 
-def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: bool = True) -> tuple[Path, dict]:
-    """Run a resolved scenario; returns the run directory and its summary."""
+def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: bool = True,
+                 resume_dir: str | None = None) -> tuple[Path, dict]:
+    """Run a resolved scenario (or continue the run in ``resume_dir`` from its newest checkpoint);
+    returns the run directory and its summary."""
     start = time.time()
     prepared: dict[str, Any] = {}
 
@@ -78,61 +84,100 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         reader = PartitionReader(partition_dir)
         spec = DataSpec(reader.channels, reader.image_size, reader.num_classes,
                         tuple(int(s) for s in reader.sizes))
-        run_dir = new_run_dir(out, scenario)
-        stateful = METHODS[scenario["method"]["name"]].stateful_clients
-        federation.setup(spec, str(partition_dir), str(run_dir / "client_state") if stateful else None)
-        return run_dir, run_rounds(federation, scenario, run_dir, start, progress)
+        run_dir = Path(resume_dir) if resume_dir else new_run_dir(out, scenario)
+        client_state_dir = run_dir / "client_state" if METHODS[scenario["method"]["name"]].stateful_clients else None
+        federation.setup(spec, str(partition_dir), str(client_state_dir) if client_state_dir else None)
+        checkpoint = latest_checkpoint(run_dir) if resume_dir else None
+        resumed = None
+        if resume_dir and checkpoint is None:  # killed before its first checkpoint: start over
+            for partial in ("tensorboard", "client_state", "metrics.parquet"):
+                shutil.rmtree(run_dir / partial, ignore_errors=True)
+                if (run_dir / partial).is_file():
+                    (run_dir / partial).unlink()
+        if checkpoint is not None:
+            resumed = torch.load(checkpoint / "state.pt", weights_only=False)
+            if client_state_dir is not None:
+                restore_client_states(checkpoint, client_state_dir)
+            federation.restore(resumed["state"])
+        return run_dir, RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed).run(progress)
     finally:
         federation.shutdown()
 
 
-def run_rounds(federation, scenario: dict[str, Any], run_dir: Path, start: float, progress: bool) -> dict:
-    """The rounds, evaluations and checkpoints of a run; writes the run files, returns the summary."""
-    log = RunLog(run_dir, start)
-    pending = {0: federation.submit_eval()}
-    evals: dict[int, dict[str, float]] = {}
-    hparams = freeze(scenario)
-    seed, rounds = scenario["seed"], scenario["training"]["rounds"]
-    population, eval_every = scenario["population"], scenario["eval"]["every"]
-    checkpoint_every = scenario["output"]["checkpoint_every"]
-    display = Progress(rounds, progress)
-    first_round = 0 if METHODS[scenario["method"]["name"]].has_setup_round else 1
-    time_to_round1 = None
-    for r in range(first_round, rounds + 1):
-        sampled, kept = sample_cohort(seed, r, population["num_clients"], population["clients_per_round"],
-                                      population["dropout"])
-        ctx = RoundContext(r, rounds, kept, seed, hparams)
-        began = time.time()
-        metrics = federation.run_round(ctx)
-        metrics.update({"time/round_seconds": time.time() - began, "clients/sampled": float(len(sampled)),
-                        "clients/dropped": float(len(sampled) - len(kept))})
-        log.log(r, metrics)
-        if r == 1:
-            time_to_round1 = time.time() - start
-        if r >= 1 and (r % eval_every == 0 or r == rounds):
-            pending[r] = federation.submit_eval()
-        for done in [k for k, ref in pending.items() if engine.ready(ref)]:
-            evals[done], logged = summarize_evaluations(engine.get(pending.pop(done)))
-            log.log(done, logged)
-        if r >= 1 and (r % checkpoint_every == 0 or r == rounds):
-            write_checkpoint(run_dir, r, federation.state())
-        log.flush()
-        display.show(r, metrics, evals[max(evals)] if evals else {})
-    for done, ref in sorted(pending.items()):
-        evals[done], logged = summarize_evaluations(engine.get(ref))
-        log.log(done, logged)
-    log.close()
-    totals = {"bytes_up": 0.0, "bytes_down": 0.0}
-    for _, name, value, _ in log.rows:
-        direction = name.split("/", 1)[0]
-        if direction in totals:
-            totals[direction] += value
-    summary = {
-        "name": scenario["name"], "method": scenario["method"]["name"],
-        "initial": evals[0], "final": evals[max(evals)],
-        "rounds_completed": rounds, "wall_seconds": time.time() - start,
-        "seconds_to_end_of_round_1": time_to_round1,
-        "bytes_up": totals["bytes_up"], "bytes_down": totals["bytes_down"],
-    }
-    write_summary(run_dir, summary)
-    return summary
+class RunLoop:
+    """The rounds, evaluations and checkpoints of a run; writes the run files.
+
+    Everything needed to continue lives in the checkpoint: the server state (global model,
+    server-side per-client memory), the metrics so far, the evaluations, and a snapshot of the
+    client-state store. Client randomness derives from (seed, round, client id), so a resumed run
+    ends bitwise where an uninterrupted one does.
+    """
+
+    def __init__(self, federation, scenario: dict[str, Any], run_dir: Path, client_state_dir: Path | None,
+                 start: float, resumed: dict[str, Any] | None):
+        self.federation, self.scenario, self.run_dir = federation, scenario, run_dir
+        self.client_state_dir = client_state_dir
+        resumed = resumed or {}
+        self.elapsed_before = resumed.get("elapsed", 0.0)
+        self.start = start - self.elapsed_before
+        self.evals: dict[int, dict[str, float]] = resumed.get("evals", {})
+        self.time_to_round1 = resumed.get("time_to_round1")
+        self.next_round = resumed["round"] + 1 if resumed else (
+            0 if METHODS[scenario["method"]["name"]].has_setup_round else 1)
+        self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
+        self.pending = {} if 0 in self.evals else {0: federation.submit_eval()}
+
+    def collect_evals(self, wait: bool) -> None:
+        for done in sorted(self.pending):
+            if wait or engine.ready(self.pending[done]):
+                self.evals[done], logged = summarize_evaluations(engine.get(self.pending.pop(done)))
+                self.log.log(done, logged)
+
+    def checkpoint(self, round_index: int) -> None:
+        self.collect_evals(wait=True)
+        write_checkpoint(self.run_dir, round_index, {
+            "state": self.federation.state(), "rows": self.log.rows, "evals": self.evals,
+            "time_to_round1": self.time_to_round1, "elapsed": time.time() - self.start},
+            self.client_state_dir)
+
+    def run(self, progress: bool) -> dict:
+        scenario, federation = self.scenario, self.federation
+        hparams = freeze(scenario)
+        seed, rounds = scenario["seed"], scenario["training"]["rounds"]
+        population, eval_every = scenario["population"], scenario["eval"]["every"]
+        checkpoint_every = scenario["output"]["checkpoint_every"]
+        display = Progress(rounds, progress)
+        for r in range(self.next_round, rounds + 1):
+            sampled, kept = sample_cohort(seed, r, population["num_clients"], population["clients_per_round"],
+                                          population["dropout"])
+            began = time.time()
+            metrics = federation.run_round(RoundContext(r, rounds, kept, seed, hparams))
+            metrics.update({"time/round_seconds": time.time() - began, "clients/sampled": float(len(sampled)),
+                            "clients/dropped": float(len(sampled) - len(kept))})
+            self.log.log(r, metrics)
+            if r == 1:
+                self.time_to_round1 = time.time() - self.start
+            if r >= 1 and (r % eval_every == 0 or r == rounds):
+                self.pending[r] = federation.submit_eval()
+            self.collect_evals(wait=False)
+            if r >= 1 and (r % checkpoint_every == 0 or r == rounds):
+                self.checkpoint(r)
+            self.log.flush()
+            display.show(r, metrics, self.evals[max(self.evals)] if self.evals else {})
+        self.collect_evals(wait=True)
+        self.log.close()
+        totals = {"bytes_up": 0.0, "bytes_down": 0.0}
+        for _, name, value, _ in self.log.rows:
+            direction = name.split("/", 1)[0]
+            if direction in totals:
+                totals[direction] += value
+        summary = {
+            "name": scenario["name"], "method": scenario["method"]["name"],
+            "initial": self.evals[0], "final": self.evals[max(self.evals)],
+            "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
+            "seconds_to_end_of_round_1": self.time_to_round1,
+            "worker_restarts": federation.worker_restarts,
+            "bytes_up": totals["bytes_up"], "bytes_down": totals["bytes_down"],
+        }
+        write_summary(self.run_dir, summary)
+        return summary

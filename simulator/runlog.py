@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -50,12 +51,13 @@ class RunLog:
     SCHEMA = pa.schema([("round", pa.int32()), ("name", pa.string()), ("value", pa.float64()),
                         ("wall_seconds", pa.float64())])
 
-    def __init__(self, run_dir: Path, start: float):
+    def __init__(self, run_dir: Path, start: float, rows: list | None = None, purge_step: int | None = None):
+        """``rows`` and ``purge_step`` resume a log: events at or after ``purge_step`` are dropped."""
         from torch.utils.tensorboard import SummaryWriter
         self.run_dir = run_dir
         self.start = start
-        self.rows: list[tuple[int, str, float, float]] = []
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+        self.rows: list[tuple[int, str, float, float]] = list(rows or [])
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
 
     def log(self, round_index: int, metrics: dict[str, float]) -> None:
         wall = time.time() - self.start
@@ -79,11 +81,36 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     atomic_write(run_dir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
 
 
-def write_checkpoint(run_dir: Path, round_index: int, state: dict[str, Any], keep: int = 2) -> None:
-    """``checkpoints/round_NNNNN.pt`` with the global state; only the newest ``keep`` are kept."""
+def write_checkpoint(run_dir: Path, round_index: int, payload: dict[str, Any],
+                     client_state_dir: Path | None = None, keep: int = 2) -> None:
+    """``checkpoints/round_NNNNN/``: ``state.pt`` (the driver's payload) and a snapshot of the
+    client-state store (hard links: the store replaces files, so linked versions stay intact).
+    Built in a temporary directory and renamed into place; only the newest ``keep`` are kept."""
     directory = run_dir / "checkpoints"
     directory.mkdir(exist_ok=True)
-    atomic_write(directory / f"round_{round_index:05d}.pt",
-                 lambda p: torch.save({"round": round_index, "state": state}, p))
-    for old in sorted(directory.glob("round_*.pt"))[:-keep]:
-        old.unlink()
+    final = directory / f"round_{round_index:05d}"
+    tmp = directory / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    torch.save({"round": round_index, **payload}, tmp / "state.pt")
+    if client_state_dir is not None and client_state_dir.exists():
+        (tmp / "client_state").mkdir()
+        for path in client_state_dir.glob("client_*.pt"):
+            os.link(path, tmp / "client_state" / path.name)
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(tmp, final)
+    for old in sorted(directory.glob("round_*"))[:-keep]:
+        shutil.rmtree(old)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = sorted((run_dir / "checkpoints").glob("round_*/state.pt"))
+    return found[-1].parent if found else None
+
+
+def restore_client_states(checkpoint: Path, client_state_dir: Path) -> None:
+    """Make the client-state store what it was at the checkpoint."""
+    shutil.rmtree(client_state_dir, ignore_errors=True)
+    client_state_dir.mkdir(parents=True)
+    for path in sorted((checkpoint / "client_state").glob("client_*.pt")):
+        os.link(path, client_state_dir / path.name)
