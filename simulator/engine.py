@@ -13,6 +13,7 @@ from typing import Any
 
 import ray
 import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from analysis.monitor import evaluate_encoder, load_eval_data
 from methods import build_method
@@ -51,6 +52,10 @@ class WorkerActor:
         torch.set_num_threads(max(1, int(scenario["ray"]["worker"]["num_cpus"])))
 
     def setup(self, spec: DataSpec, partition_dir: str, store: "ray.actor.ActorHandle | None") -> None:
+        if not os.path.exists(os.path.join(partition_dir, "meta.json")):
+            # another node: partitions are deterministic in the seed, so build the same files here
+            from simulator.run import prepare_partition
+            partition_dir = str(prepare_partition(self.scenario))
         self.method = build_method(self.scenario, spec)
         self.workspace = self.method.make_workspace(worker_device(self.scenario["ray"]["worker"]["num_gpus"]))
         self.reader = PartitionReader(partition_dir)
@@ -73,6 +78,9 @@ class WorkerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
 
 @ray.remote
@@ -137,21 +145,24 @@ class RayFederation:
 
     def __init__(self, scenario: dict):
         self.scenario = scenario
-        self.server = ServerActor.options(num_cpus=0).remote(scenario)
-        self.evaluator = EvaluatorActor.options(num_cpus=0).remote(scenario)
+        # the global state, the evaluator and the client store stay on the driver's node; workers spread
+        self.on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.server = ServerActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(scenario)
+        self.evaluator = EvaluatorActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(scenario)
         self.workers = [self.new_worker() for _ in range(scenario["ray"]["num_workers"])]
         self.store = None
         self.worker_restarts = 0
 
     def new_worker(self) -> "ray.actor.ActorHandle":
         worker = self.scenario["ray"]["worker"]
-        return WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"]).remote(self.scenario)
+        return WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"],
+                                   scheduling_strategy="SPREAD").remote(self.scenario)
 
     def setup(self, spec: DataSpec, partition_dir: str, client_state_dir: str | None) -> None:
         """``client_state_dir``: where the store of a method with stateful clients keeps them."""
         self.spec, self.partition_dir = spec, partition_dir
         if client_state_dir is not None:
-            self.store = StoreActor.options(num_cpus=0).remote(client_state_dir)
+            self.store = StoreActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(client_state_dir)
         self.server.setup.remote(spec, self.store)
         for worker in self.workers:
             worker.setup.remote(spec, partition_dir, self.store)
@@ -193,6 +204,10 @@ class RayFederation:
                 self.replace_worker(i)
                 submitted[i] = submit(i)
         return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
+
+    def worker_nodes(self) -> int:
+        """How many nodes the (live) workers run on."""
+        return len(set(ray.get([worker.node_id.remote() for worker in self.workers])))
 
     def submit_eval(self) -> ray.ObjectRef:
         """Evaluate the current global encoder in the background."""

@@ -176,7 +176,7 @@ class RunLoop:
             "initial": self.evals[0], "final": self.evals[max(self.evals)],
             "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
             "seconds_to_end_of_round_1": self.time_to_round1,
-            "worker_restarts": federation.worker_restarts,
+            "worker_restarts": federation.worker_restarts, "worker_nodes": federation.worker_nodes(),
             "bytes_up": totals["bytes_up"], "bytes_down": totals["bytes_down"],
         }
         write_summary(self.run_dir, summary)

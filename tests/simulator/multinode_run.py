@@ -1,0 +1,46 @@
+"""Run a scenario on a real multi-raylet Ray cluster on this machine (used by test_multinode.py).
+
+Usage: python multinode_run.py SCENARIO.yaml RUN_DIR [--lose-node-after-checkpoint N]
+Three raylets: a head without GPUs and two nodes with logical GPUs, so fractional-GPU workers are
+scheduled across nodes. With --lose-node-after-checkpoint, the first GPU node is removed once the
+run has written checkpoint N; the run must continue on the remaining nodes.
+"""
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import ray
+from ray.cluster_utils import Cluster
+
+from simulator.run import run_scenario
+from simulator.scenario import load_scenario
+
+
+def main() -> None:
+    scenario_file, run_dir = sys.argv[1], Path(sys.argv[2])
+    lose_after = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    doomed = cluster.add_node(num_cpus=2, num_gpus=1)
+    cluster.add_node(num_cpus=4, num_gpus=2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+
+    def lose_node():
+        marker = run_dir / "checkpoints" / f"round_{lose_after:05d}" / "state.pt"
+        while not marker.exists():
+            time.sleep(0.02)
+        cluster.remove_node(doomed, allow_graceful=False)
+
+    if lose_after is not None:
+        threading.Thread(target=lose_node, daemon=True).start()
+    _, summary = run_scenario(load_scenario(scenario_file), str(run_dir), progress=False)
+    print(json.dumps({"nodes": len(ray.nodes()), "alive_nodes": sum(n["Alive"] for n in ray.nodes()),
+                      **{k: summary[k] for k in ("worker_restarts", "worker_nodes", "final")}}))
+    ray.shutdown()
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""A real multi-node Ray cluster (several raylets on this machine) gives the single-node metrics."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from simulator.run import run_scenario
+from simulator.scenario import resolve
+
+SCRIPT = Path(__file__).with_name("multinode_run.py")
+
+
+def metrics(run_dir):
+    rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    return {(r["round"], r["name"]): r["value"] for r in rows if not r["name"].startswith("time/")}
+
+
+def test_three_node_cluster_with_a_lost_node_equals_single_node(ray_session, synthetic_raw, tmp_path):
+    raw = {**synthetic_raw,
+           "training": {**synthetic_raw["training"], "rounds": 4, "local_epochs": 2},
+           "eval": {**synthetic_raw["eval"], "every": 2},
+           "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
+    _, single = run_scenario(resolve(raw), str(tmp_path / "single"), progress=False)
+
+    multi = {**raw, "ray": {"num_workers": 4, "worker": {"num_cpus": 1, "num_gpus": 0.5}}}
+    scenario_file = tmp_path / "multi.yaml"
+    scenario_file.write_text(yaml.safe_dump(multi))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(scenario_file), str(tmp_path / "multi"),
+                           "--lose-node-after-checkpoint", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["nodes"] == 3 and report["alive_nodes"] == 2
+    assert report["worker_restarts"] >= 1  # the lost node's workers were replaced
+    assert report["final"] == single["final"]
+    assert metrics(tmp_path / "multi") == metrics(tmp_path / "single")
