@@ -13,23 +13,20 @@ import numpy as np
 import torch
 
 from methods.base import ClientData, Method, payload_nbytes
-from simulator.context import RoundContext, derive_seed
+from simulator.context import RoundContext
 from simulator.stats import Stats, sum_stats
 
 
 def sample_cohort(seed: int, round_index: int, num_clients: int, clients_per_round: int,
                   dropout: float = 0.0) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The sampled clients of a round and those among them that complete it (sorted ids).
-
-    Round 0 (setup) samples every client. Both draws depend only on (seed, round).
-    """
-    rng = np.random.default_rng(derive_seed(seed, round_index, "cohort"))
-    if round_index == 0:
-        sampled = np.arange(num_clients)
-    else:
-        sampled = np.sort(rng.choice(num_clients, size=clients_per_round, replace=False))
-    kept = sampled[rng.random(len(sampled)) >= dropout] if dropout > 0 else sampled
-    return tuple(int(c) for c in sampled), tuple(int(c) for c in kept)
+    """(sampled, completing) clients of a round for a population of equal, always-online clients
+    (a shorthand of ``simulator.population.Population.plan``). Round 0 samples everyone."""
+    from simulator.population import Population
+    from simulator.scenario import DEFAULTS
+    config = {**DEFAULTS["population"], "num_clients": num_clients, "clients_per_round": clients_per_round,
+              "dropout": dropout}
+    plan = Population(config, 1, (1,) * num_clients, seed).plan(round_index)
+    return plan.sampled, plan.completed
 
 
 def split_cohort(cohort: tuple[int, ...], sizes: np.ndarray, num_workers: int) -> list[list[int]]:

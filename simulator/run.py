@@ -18,7 +18,7 @@ from simulator.context import RoundContext, freeze
 from simulator.data.datasets import load_dataset
 from simulator.data.partition import make_partition
 from simulator.data.store import PartitionReader, cached_partition_dir, write_partition
-from simulator.federation import sample_cohort
+from simulator.population import Population
 from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
                               write_summary)
 
@@ -144,16 +144,16 @@ class RunLoop:
         scenario, federation = self.scenario, self.federation
         hparams = freeze(scenario)
         seed, rounds = scenario["seed"], scenario["training"]["rounds"]
-        population, eval_every = scenario["population"], scenario["eval"]["every"]
+        eval_every = scenario["eval"]["every"]
         checkpoint_every = scenario["output"]["checkpoint_every"]
         display = Progress(rounds, progress)
+        population = Population(scenario["population"], scenario["training"]["local_epochs"],
+                                federation.spec.client_sizes, seed)
         for r in range(self.next_round, rounds + 1):
-            sampled, kept = sample_cohort(seed, r, population["num_clients"], population["clients_per_round"],
-                                          population["dropout"])
+            plan = population.plan(r)
             began = time.time()
-            metrics = federation.run_round(RoundContext(r, rounds, kept, seed, hparams))
-            metrics.update({"time/round_seconds": time.time() - began, "clients/sampled": float(len(sampled)),
-                            "clients/dropped": float(len(sampled) - len(kept))})
+            metrics = federation.run_round(RoundContext(r, rounds, plan.completed, seed, hparams))
+            metrics.update({"time/round_seconds": time.time() - began, **plan.counts()})
             self.log.log(r, metrics)
             if r == 1:
                 self.time_to_round1 = time.time() - self.start

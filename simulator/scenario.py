@@ -20,7 +20,11 @@ DEFAULTS: dict[str, Any] = {
                 "cache_dir": "~/.cache/fedssl"},
     "partition": {"kind": "iid", "alpha": 0.5, "scale_by_prior": False, "k": 2,
                   "rotation_bins": 10, "rotation_alpha": 0.1},
-    "population": {"num_clients": 100, "clients_per_round": 10, "dropout": 0.0},
+    "population": {"num_clients": 100, "clients_per_round": 10, "dropout": 0.0,
+                   "availability": 1.0, "availability_spread": 0.0, "diurnal_amplitude": 0.0,
+                   "diurnal_period": 24.0, "availability_trace": None,
+                   "speed_tiers": [{"fraction": 1.0, "samples_per_second": 100.0}],
+                   "deadline_seconds": None, "over_selection": 0.0},
     "model": {"encoder": "small_cnn", "norm": "group", "projector_dim": 128, "hidden_dim": 512},
     "method": {"name": "fedavg"},
     "training": {"rounds": 50, "local_epochs": 1, "batch_size": 32, "lr": 0.05,
@@ -34,16 +38,19 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Keys whose default is null, and the type they take otherwise.
-NULLABLE = {"dataset.root": str, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str}
+NULLABLE = {"dataset.root": str, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str,
+            "population.availability_trace": str, "population.deadline_seconds": float}
 POSITIVE = {"population.num_clients", "population.clients_per_round", "training.rounds",
             "training.local_epochs", "training.batch_size", "eval.every", "eval.knn_k",
             "eval.probe_iterations", "ray.num_workers", "model.projector_dim", "model.hidden_dim",
             "partition.k", "partition.rotation_bins", "eval.train_subset", "eval.test_subset",
-            "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr"}
+            "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr",
+            "population.diurnal_period", "population.deadline_seconds"}
 NON_NEGATIVE = {"training.momentum", "training.weight_decay", "ray.worker.num_cpus",
                 "ray.worker.num_gpus", "eval.knn_temperature", "augment.brightness",
-                "augment.contrast", "augment.saturation"}
-PROBABILITIES = {"population.dropout", "augment.flip_prob", "augment.jitter_prob",
+                "augment.contrast", "augment.saturation", "population.availability_spread",
+                "population.diurnal_amplitude", "population.over_selection"}
+PROBABILITIES = {"population.dropout", "population.availability", "augment.flip_prob", "augment.jitter_prob",
                  "augment.grayscale_prob"}
 
 
@@ -145,8 +152,27 @@ def check_type(key: str, value: Any, default: Any, source: str) -> Any:
         return int(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ScenarioError(source, key, f"expected {type_name(default, expected)}, got {value!r}")
-    if expected is list and default and not all(isinstance(v, (int, float)) for v in value):
-        raise ScenarioError(source, key, f"expected a list of numbers, got {value!r}")
+    if expected is list and default:
+        return check_list(key, value, default[0], source)
+    return value
+
+
+def check_list(key: str, value: list, prototype: Any, source: str) -> list:
+    """Lists of numbers, or of mappings with the prototype's keys and numeric values."""
+    if not isinstance(prototype, dict):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ScenarioError(source, key, f"expected a list of numbers, got {value!r}")
+        return value
+    fields = ", ".join(prototype)
+    if not value:
+        raise ScenarioError(source, key, f"expected a non-empty list of {{{fields}}}")
+    for item in value:
+        if not isinstance(item, dict) or set(item) != set(prototype):
+            raise ScenarioError(source, key, f"expected a list of {{{fields}}}, got {item!r}")
+        for name, field_default in prototype.items():
+            if isinstance(field_default, (int, float)) and (
+                    not isinstance(item[name], (int, float)) or isinstance(item[name], bool) or item[name] <= 0):
+                raise ScenarioError(source, f"{key}.{name}", f"expected a positive number, got {item[name]!r}")
     return value
 
 

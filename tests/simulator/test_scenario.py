@@ -32,7 +32,7 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"ray": {"worker": {"num_gpus": 1.5}}}, "ray.worker.num_gpus", "whole number of GPUs"),
     ({"method": {"name": "fedprox"}}, "method.name", "expected one of fedavg"),
     ({"method": {"objective": "moco"}}, "method.objective", "expected one of simclr"),
-    ({"method": {"uv": True}}, "method.uv", "unknown key"),
+    ({"method": {"queue_size": 10}}, "method.queue_size", "unknown key"),
     ({"partition": {"kind": "shards"}}, "partition.kind", "expected one of iid"),
     ({"population": {"dropout": 1.5}}, "population.dropout", "probability"),
     ({"augment": {"crop_scale": [0.9, 0.2]}}, "augment.crop_scale", "0 < min <= max <= 1"),

@@ -1,0 +1,113 @@
+"""Cross-device realism: who is sampled, online, drops out, reports late, and how long a round takes.
+
+Everything is drawn from (seed, round) (and per-client traits from the seed alone), so a round's plan
+is the same whatever the number of workers or nodes, and is known before any client runs: clients
+that are offline, drop out or miss the deadline are not simulated at all (their update is lost).
+
+- availability: client j is online with probability ``p_j`` (``availability`` +- a uniform spread
+  of ``availability_spread``, drawn once per client), times a diurnal factor
+  ``1 + diurnal_amplitude * sin(2 pi round / diurnal_period)``; or, with ``availability_trace``, a
+  CSV file with columns ``round,client`` listing who is online (rounds wrap around the trace).
+- dropout: an online client drops out mid-round with probability ``dropout``.
+- speed tiers: ``speed_tiers`` is a list of ``{fraction, samples_per_second}``; a client's simulated
+  compute time is ``n_j * local_epochs / samples_per_second`` times a log-normal jitter (sigma 0.25).
+- deadline: clients whose simulated time exceeds ``deadline_seconds`` are late (dropped).
+- over-selection: ``ceil(clients_per_round * (1 + over_selection))`` clients are sampled; the
+  first ``clients_per_round`` to report are kept, as production cross-device systems do.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from simulator.context import derive_seed
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    sampled: tuple[int, ...]
+    available: tuple[int, ...]
+    dropped: tuple[int, ...]
+    late: tuple[int, ...]
+    completed: tuple[int, ...]   # the cohort whose updates count (sorted ids)
+    simulated_seconds: float     # when the server closes the round
+
+    def counts(self) -> dict[str, float]:
+        return {"clients/sampled": float(len(self.sampled)), "clients/available": float(len(self.available)),
+                "clients/dropped": float(len(self.dropped)), "clients/late": float(len(self.late)),
+                "clients/reporting": float(len(self.completed)),
+                "time/simulated_round_seconds": self.simulated_seconds}
+
+
+@lru_cache(maxsize=8)
+def read_trace(path: str) -> tuple[frozenset[int], ...]:
+    """Online clients per round from a ``round,client`` CSV (rounds 0..R-1 of the trace)."""
+    online: dict[int, set[int]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            online.setdefault(int(row["round"]), set()).add(int(row["client"]))
+    if not online:
+        raise ValueError(f"{path}: availability trace has no rows (expected columns round,client)")
+    return tuple(frozenset(online.get(r, ())) for r in range(max(online) + 1))
+
+
+class Population:
+    """Per-client traits (availability, speed tier) fixed by the seed, and each round's plan."""
+
+    def __init__(self, population: Mapping[str, Any], local_epochs: int, sizes: tuple[int, ...], seed: int):
+        self.config, self.local_epochs, self.seed = population, local_epochs, seed
+        self.sizes = np.asarray(sizes)
+        n = len(sizes)
+        traits = np.random.default_rng(derive_seed(seed, "population"))
+        spread = population["availability_spread"]
+        self.availability = np.clip(population["availability"] + spread * traits.uniform(-1, 1, n), 0, 1)
+        tiers = population["speed_tiers"]
+        fractions = np.array([t["fraction"] for t in tiers], dtype=float)
+        counts = np.floor(fractions / fractions.sum() * n).astype(int)
+        counts[: n - counts.sum()] += 1
+        tier_of_rank = np.repeat(np.arange(len(tiers)), counts)
+        self.speed = np.array([t["samples_per_second"] for t in tiers], dtype=float)[
+            tier_of_rank[np.argsort(traits.permutation(n))]]
+        trace = population["availability_trace"]
+        self.trace = read_trace(str(Path(trace).expanduser())) if trace else None
+
+    def online_probability(self, round_index: int) -> np.ndarray:
+        amplitude, period = self.config["diurnal_amplitude"], self.config["diurnal_period"]
+        return np.clip(self.availability * (1 + amplitude * math.sin(2 * math.pi * round_index / period)), 0, 1)
+
+    def plan(self, round_index: int) -> RoundPlan:
+        """Round 0 (a method's setup round) takes every client, online and on time."""
+        n, cfg = len(self.sizes), self.config
+        if round_index == 0:
+            everyone = tuple(range(n))
+            return RoundPlan(everyone, everyone, (), (), everyone, 0.0)
+        rng = np.random.default_rng(derive_seed(self.seed, round_index, "cohort"))
+        wanted = cfg["clients_per_round"]
+        sampled = np.sort(rng.choice(n, size=min(n, math.ceil(wanted * (1 + cfg["over_selection"]))), replace=False))
+        if self.trace is not None:
+            online_now = self.trace[round_index % len(self.trace)]
+            online = np.array([c in online_now for c in sampled], dtype=bool)
+        else:
+            online = rng.random(len(sampled)) < self.online_probability(round_index)[sampled]
+        available = sampled[online]
+        stays = rng.random(len(available)) >= cfg["dropout"]
+        seconds = (self.sizes[available] * self.local_epochs / self.speed[available]
+                   * np.exp(0.25 * rng.standard_normal(len(available))))
+        deadline = cfg["deadline_seconds"]
+        on_time = seconds <= deadline if deadline is not None else np.ones(len(available), dtype=bool)
+        reporting = np.flatnonzero(stays & on_time)
+        first = reporting[np.argsort(seconds[reporting], kind="stable")][:wanted]
+        if len(first) == wanted:
+            closes = float(seconds[first].max()) if wanted else 0.0
+        else:
+            closes = float(deadline) if deadline is not None and not on_time.all() else (
+                float(seconds[first].max()) if len(first) else 0.0)
+        as_ids = lambda idx: tuple(int(c) for c in np.sort(available[idx]))
+        return RoundPlan(tuple(int(c) for c in sampled), tuple(int(c) for c in available),
+                         as_ids(~stays), as_ids(stays & ~on_time), as_ids(first), closes)

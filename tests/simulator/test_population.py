@@ -1,0 +1,81 @@
+"""Cohort plans: availability, dropout, deadlines, over-selection; deterministic in (seed, round)."""
+import numpy as np
+import pytest
+
+from simulator.population import Population
+from simulator.scenario import DEFAULTS, ScenarioError, resolve
+
+
+def population(num_clients=200, sizes=None, seed=0, **overrides):
+    config = {**DEFAULTS["population"], "num_clients": num_clients, "clients_per_round": 20, **overrides}
+    return Population(config, 1, tuple(sizes or [100] * num_clients), seed)
+
+
+def totals(pop, rounds=300):
+    plans = [pop.plan(r) for r in range(1, rounds + 1)]
+    return {k: sum(p.counts()[k] for p in plans) for k in plans[0].counts()}
+
+
+def test_default_population_everyone_online_and_reporting():
+    plan = population().plan(3)
+    assert len(plan.sampled) == 20 and plan.sampled == plan.available == plan.completed
+    assert plan.dropped == plan.late == ()
+    assert population().plan(0).completed == tuple(range(200))  # setup round
+
+
+def test_plan_is_deterministic_in_seed_and_round():
+    assert population(seed=1).plan(5) == population(seed=1).plan(5)
+    assert population(seed=1).plan(5) != population(seed=1).plan(6)
+    assert population(seed=1).plan(5) != population(seed=2).plan(5)
+
+
+def test_availability_and_dropout_rates_match_the_configured_probabilities():
+    t = totals(population(availability=0.6, dropout=0.25))
+    assert t["clients/available"] / t["clients/sampled"] == pytest.approx(0.6, abs=0.02)
+    assert t["clients/dropped"] / t["clients/available"] == pytest.approx(0.25, abs=0.02)
+    assert t["clients/reporting"] == t["clients/available"] - t["clients/dropped"]
+
+
+def test_per_client_availability_spread_and_diurnal_cycle():
+    pop = population(availability=0.5, availability_spread=0.4, diurnal_amplitude=0.5, diurnal_period=4)
+    assert pop.availability.min() < 0.2 and pop.availability.max() > 0.8
+    assert pop.availability.mean() == pytest.approx(0.5, abs=0.05)
+    peak, trough = pop.online_probability(1), pop.online_probability(3)  # sin = +1 and -1
+    assert np.allclose(peak, np.clip(pop.availability * 1.5, 0, 1))
+    assert np.allclose(trough, pop.availability * 0.5)
+
+
+def test_deadline_drops_the_slow_tier():
+    tiers = [{"fraction": 0.3, "samples_per_second": 10.0}, {"fraction": 0.7, "samples_per_second": 1000.0}]
+    pop = population(speed_tiers=tiers, deadline_seconds=1.0)
+    assert (pop.speed == 10.0).sum() == 60
+    t = totals(pop)
+    assert t["clients/late"] / t["clients/sampled"] == pytest.approx(0.3, abs=0.03)
+    plan = pop.plan(7)
+    assert all(pop.speed[c] == 10.0 for c in plan.late) and all(pop.speed[c] == 1000.0 for c in plan.completed)
+    assert plan.simulated_seconds == 1.0  # the server waited until the deadline
+
+
+def test_over_selection_keeps_the_first_to_report():
+    tiers = [{"fraction": 0.5, "samples_per_second": 10.0}, {"fraction": 0.5, "samples_per_second": 1000.0}]
+    pop = population(speed_tiers=tiers, over_selection=0.5)
+    plan = pop.plan(2)
+    assert len(plan.sampled) == 30 and len(plan.completed) == 20
+    left_out = set(plan.sampled) - set(plan.completed)
+    slowest_kept = max(pop.speed[c] ** -1 for c in plan.completed)
+    assert all(pop.speed[c] ** -1 >= slowest_kept for c in left_out)
+
+
+def test_availability_trace_decides_who_is_online(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("round,client\n" + "".join(f"{r},{c}\n" for r in range(2) for c in range(r, 200, 2)))
+    pop = population(availability_trace=str(trace))
+    assert all(c % 2 == 1 for c in pop.plan(1).available)  # round 1 -> trace round 1: odd ids
+    assert all(c % 2 == 0 for c in pop.plan(2).available)  # wraps around to trace round 0
+
+
+def test_speed_tiers_are_validated():
+    with pytest.raises(ScenarioError, match="population.speed_tiers: expected a list of {fraction, samples_per_second}"):
+        resolve({"population": {"speed_tiers": [{"fraction": 1.0}]}})
+    with pytest.raises(ScenarioError, match="population.speed_tiers.samples_per_second: expected a positive number"):
+        resolve({"population": {"speed_tiers": [{"fraction": 1.0, "samples_per_second": 0}]}})
