@@ -22,6 +22,7 @@ from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader
 from simulator.federation import Server, WorkerResult, simulate_clients, split_cohort
+from simulator.resources import memory_mb
 
 
 class WorkerFailure(RuntimeError):
@@ -82,6 +83,9 @@ class WorkerActor:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
+    def memory(self) -> dict[str, float]:
+        return memory_mb()
+
 
 @ray.remote
 class ServerActor:
@@ -116,6 +120,9 @@ class ServerActor:
     def restore(self, state: dict) -> None:
         self.server.state = state
 
+    def memory(self) -> dict[str, float]:
+        return memory_mb()
+
 
 @ray.remote
 class EvaluatorActor:
@@ -129,6 +136,9 @@ class EvaluatorActor:
     def evaluate(self, encoders: dict[str, torch.nn.Module]) -> dict[str, dict[str, float]]:
         return {label: evaluate_encoder(encoder, self.data, self.scenario["eval"])
                 for label, encoder in encoders.items()}
+
+    def memory(self) -> dict[str, float]:
+        return memory_mb()
 
 
 StoreActor = ray.remote(ClientStateStore)
@@ -204,6 +214,13 @@ class RayFederation:
                 self.replace_worker(i)
                 submitted[i] = submit(i)
         return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
+
+    def peak_memory_mb(self) -> dict[str, float]:
+        """Peak resident memory of the driver, the server, the evaluator and all workers together."""
+        workers = ray.get([worker.memory.remote() for worker in self.workers])
+        return {"driver": memory_mb()["peak_mb"], "server": ray.get(self.server.memory.remote())["peak_mb"],
+                "evaluator": ray.get(self.evaluator.memory.remote())["peak_mb"],
+                "workers": sum(w["peak_mb"] for w in workers)}
 
     def worker_nodes(self) -> int:
         """How many nodes the (live) workers run on."""

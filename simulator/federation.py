@@ -52,6 +52,7 @@ class WorkerResult:
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     bytes_up: Counter = field(default_factory=Counter)
     client_states: dict[int, Any] = field(default_factory=dict)
+    samples: int = 0
 
 
 def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dict[str, Any],
@@ -62,6 +63,7 @@ def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dic
     uploads = []
     for cid in client_ids:
         images, labels = load_client(cid)
+        result.samples += len(labels)
         state = (client_states or {}).get(cid)
         upload = method.client_update(workspace, broadcast, extras.get(cid),
                                       ClientData(cid, images, labels), ctx, state)
@@ -115,6 +117,7 @@ class Server:
         for kind, value in bytes_up.items():
             metrics[f"bytes_up/{kind}"] = float(value)
         metrics["clients/completed"] = float(len(client_metrics))
+        metrics["train/samples"] = float(sum(r.samples for r in results) * ctx.hparams["training"]["local_epochs"])
         return metrics
 
     def eval_encoders(self, load_client_state) -> dict[str, torch.nn.Module]:

@@ -104,6 +104,25 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         federation.shutdown()
 
 
+def traffic_and_speed(rows: list[tuple[int, str, float, float]]) -> dict[str, float]:
+    """Bytes up/down (total and per round) and steady-state speed (rounds after the first)."""
+    totals: dict[str, float] = {"bytes_up": 0.0, "bytes_down": 0.0}
+    seconds, samples, rounds = 0.0, 0.0, set()
+    for round_index, name, value, _ in rows:
+        direction = name.split("/", 1)[0]
+        if direction in totals:
+            totals[direction] += value
+        if round_index >= 2 and name == "time/round_seconds":
+            seconds += value
+            rounds.add(round_index)
+        if round_index >= 2 and name == "train/samples":
+            samples += value
+    all_rounds = max(1, len({r for r, n, _, _ in rows if n == "time/round_seconds" and r >= 1}))
+    return {**totals, "bytes_per_round": (totals["bytes_up"] + totals["bytes_down"]) / all_rounds,
+            "steady_seconds_per_round": seconds / len(rounds) if rounds else None,
+            "steady_samples_per_second": samples / seconds if seconds else None}
+
+
 class RunLoop:
     """The rounds, evaluations and checkpoints of a run; writes the run files.
 
@@ -125,7 +144,8 @@ class RunLoop:
         self.next_round = resumed["round"] + 1 if resumed else (
             0 if METHODS[scenario["method"]["name"]].has_setup_round else 1)
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
-        self.pending = {} if 0 in self.evals else {0: federation.submit_eval()}
+        self.eval_enabled = scenario["eval"]["enabled"]
+        self.pending = {} if 0 in self.evals or not self.eval_enabled else {0: federation.submit_eval()}
 
     def collect_evals(self, wait: bool) -> None:
         for done in sorted(self.pending):
@@ -157,7 +177,7 @@ class RunLoop:
             self.log.log(r, metrics)
             if r == 1:
                 self.time_to_round1 = time.time() - self.start
-            if r >= 1 and (r % eval_every == 0 or r == rounds):
+            if self.eval_enabled and r >= 1 and (r % eval_every == 0 or r == rounds):
                 self.pending[r] = federation.submit_eval()
             self.collect_evals(wait=False)
             if r >= 1 and (r % checkpoint_every == 0 or r == rounds):
@@ -166,18 +186,11 @@ class RunLoop:
             display.show(r, metrics, self.evals[max(self.evals)] if self.evals else {})
         self.collect_evals(wait=True)
         self.log.close()
-        totals = {"bytes_up": 0.0, "bytes_down": 0.0}
-        for _, name, value, _ in self.log.rows:
-            direction = name.split("/", 1)[0]
-            if direction in totals:
-                totals[direction] += value
-        summary = {
-            "name": scenario["name"], "method": scenario["method"]["name"],
-            "initial": self.evals[0], "final": self.evals[max(self.evals)],
-            "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
-            "seconds_to_end_of_round_1": self.time_to_round1,
-            "worker_restarts": federation.worker_restarts, "worker_nodes": federation.worker_nodes(),
-            "bytes_up": totals["bytes_up"], "bytes_down": totals["bytes_down"],
-        }
+        summary = {"name": scenario["name"], "method": scenario["method"]["name"],
+                   "initial": self.evals.get(0), "final": self.evals[max(self.evals)] if self.evals else None,
+                   "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
+                   "seconds_to_end_of_round_1": self.time_to_round1,
+                   "worker_restarts": federation.worker_restarts, "worker_nodes": federation.worker_nodes(),
+                   "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
         write_summary(self.run_dir, summary)
         return summary

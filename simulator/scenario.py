@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
                  "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4},
     "augment": {"crop_scale": [0.35, 1.0], "flip_prob": 0.5, "jitter_prob": 0.8,
                 "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0},
-    "eval": {"every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
+    "eval": {"enabled": True, "every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
              "train_subset": None, "test_subset": None},
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0}},
     "output": {"dir": "runs", "checkpoint_every": 10},

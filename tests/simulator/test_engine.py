@@ -41,7 +41,10 @@ def test_run_directory_holds_scenario_metrics_summary_checkpoint(ray_session, sy
     assert metrics[(1, "bytes_down/weights")] == metrics[(1, "bytes_up/weights")]
     assert metrics[(1, "clients/sampled")] == 4 and metrics[(1, "clients/completed")] == 4
     assert (run_dir / "scenario.yaml").exists()
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round_00002.pt"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round_00002"]
+    assert (run_dir / "checkpoints" / "round_00002" / "state.pt").exists()
+    assert on_disk["steady_samples_per_second"] > 0 and on_disk["peak_memory_mb"]["workers"] > 0
+    assert metrics[(1, "train/samples")] > 0
     assert not list(run_dir.rglob(".*.tmp-*"))
 
 

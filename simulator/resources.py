@@ -1,0 +1,16 @@
+"""Memory of the current process (Linux ``/proc``), reported by the driver and every actor."""
+from __future__ import annotations
+
+
+def memory_mb() -> dict[str, float]:
+    """Resident set size now and its peak (VmRSS, VmHWM), in MiB; zeros where /proc is missing."""
+    values = {"rss_mb": 0.0, "peak_mb": 0.0}
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    key = "rss_mb" if line.startswith("VmRSS") else "peak_mb"
+                    values[key] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return values
