@@ -1,4 +1,4 @@
-"""``fedssl``: run or validate a scenario, or tabulate finished runs.
+"""``fedssl``: run or validate a scenario, sweep or benchmark it, or tabulate finished runs.
 
 Bad input (an invalid scenario, missing data, an impossible partition, a used output directory)
 prints one line ``fedssl: error: ...`` and exits with code 2, before anything is written.
@@ -25,6 +25,15 @@ def parser() -> argparse.ArgumentParser:
             cmd.add_argument("--resume", metavar="RUN_DIR",
                              help="continue an interrupted run from its newest checkpoint")
             cmd.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    sweep = sub.add_parser("sweep", help="run a scenario over a grid of values; table and plots")
+    sweep.add_argument("scenario", help="scenario YAML file")
+    sweep.add_argument("--over", action="append", required=True, metavar="KEY=V1,V2,...",
+                       help="a swept key and its values (repeatable: the grid is their product)")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    sweep.add_argument("--out", required=True, help="directory for the runs, sweep.parquet, sweep.md, plots")
+    bench = sub.add_parser("benchmark", help="the simulator's throughput against a plain training loop")
+    bench.add_argument("scenario", help="scenario YAML file")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     report = sub.add_parser("report", help="table of finished runs (mean ± std over seeds, per-seed rows)")
     report.add_argument("runs", nargs="+", help="run directories")
     return p
@@ -40,6 +49,27 @@ def report(run_dirs: list[str]) -> int:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
     print(markdown_table(runs), end="")
+    return 0
+
+
+def study(args) -> int:
+    """``fedssl sweep`` and ``fedssl benchmark``."""
+    from pathlib import Path
+
+    from simulator.data.datasets import DatasetUnavailable
+    try:
+        if args.command == "sweep":
+            from analysis.sweep import markdown, run_sweep
+            rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False)
+            print(markdown(rows), end="")
+        else:
+            from analysis.benchmark import format_results, run_benchmark
+            scenario = load_scenario(args.scenario, args.overrides)
+            check_data(scenario)
+            print(format_results(run_benchmark(scenario)), end="")
+    except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -67,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         return report(args.runs)
     from simulator.data.datasets import DatasetUnavailable
+    if args.command in ("sweep", "benchmark"):
+        return study(args)
     try:
         if args.command == "run" and (args.resume is None) == (args.scenario is None):
             raise ScenarioError("fedssl run", "-", "expected a scenario file or --resume RUN_DIR (one of them)")

@@ -1,0 +1,110 @@
+"""Scaling studies: run a scenario over a grid of values and tabulate and plot what it cost.
+
+``fedssl sweep SCENARIO.yaml --over population.num_clients=10,50,100 [--over KEY=V1,V2 ...]`` runs
+every combination one after another on the same Ray instance (local or ``ray.address: auto``) and
+writes ``sweep.parquet``, ``sweep.md`` and one PNG per measure against the first swept key.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simulator.runlog import atomic_write
+from simulator.scenario import ScenarioError, load_scenario
+
+MEASURES = {
+    "seconds_per_round": "wall time per round (s, steady state)",
+    "samples_per_second": "throughput (samples/s, steady state)",
+    "driver_peak_mb": "driver peak memory (MiB)",
+    "workers_peak_mb": "workers peak memory, all together (MiB)",
+    "bytes_per_round": "bytes per round (up + down)",
+    "final_knn_top1": "final kNN top-1",
+    "final_linear_top1": "final linear-probe top-1",
+}
+
+
+def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The swept keys and, per combination, its ``key=value`` overrides."""
+    keys, values = [], []
+    for over in overs:
+        key, sep, listed = over.partition("=")
+        if not sep or not listed:
+            raise ScenarioError("--over", over, "expected dotted.key=value1,value2,...")
+        keys.append(key)
+        values.append(listed.split(","))
+    return keys, [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*values)]
+
+
+def row_of(overrides: list[str], scenario: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    final = summary["final"] or {}
+    row = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides}
+    row.update({
+        "seconds_per_round": summary["steady_seconds_per_round"],
+        "samples_per_second": summary["steady_samples_per_second"],
+        "driver_peak_mb": summary["peak_memory_mb"]["driver"],
+        "workers_peak_mb": summary["peak_memory_mb"]["workers"],
+        "bytes_per_round": summary["bytes_per_round"],
+        "final_knn_top1": final.get("knn_top1"), "final_linear_top1": final.get("linear_top1"),
+        "rounds": summary["rounds_completed"], "seconds_to_end_of_round_1": summary["seconds_to_end_of_round_1"],
+    })
+    return row
+
+
+def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, progress: bool) -> list[dict]:
+    from simulator.run import run_scenario
+    keys, combos = grid(overs)
+    scenarios = [load_scenario(scenario_file, [*sets, *combo]) for combo in combos]  # all valid before any runs
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out}: output directory is not empty; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for combo, scenario in zip(combos, scenarios):
+        _, summary = run_scenario(scenario, str(out / ",".join(combo)), progress=progress)
+        rows.append(row_of(combo, scenario, summary))
+        write_outputs(rows, keys, out)
+    return rows
+
+
+def write_outputs(rows: list[dict], keys: list[str], out: Path) -> None:
+    table = pa.Table.from_pylist(rows)
+    atomic_write(out / "sweep.parquet", lambda p: pq.write_table(table, p))
+    atomic_write(out / "sweep.md", lambda p: p.write_text(markdown(rows)))
+    plot(rows, keys, out)
+
+
+def markdown(rows: list[dict]) -> str:
+    columns = list(rows[0])
+    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], keys: list[str], out: Path) -> None:
+    """One PNG per measure: the measure against the first swept key, one line per other combination."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    x_key, series_keys = keys[0], keys[1:]
+    for measure, label in MEASURES.items():
+        figure, axis = plt.subplots(figsize=(5, 3.5))
+        series: dict[str, list[tuple[float, float]]] = {}
+        for row in rows:
+            if row[measure] is None:
+                continue
+            name = ",".join(f"{k}={row[k]}" for k in series_keys) or measure
+            series.setdefault(name, []).append((float(row[x_key]), float(row[measure])))
+        for name, points in series.items():
+            points.sort()
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        axis.set_xlabel(x_key)
+        axis.set_ylabel(label)
+        if len(series) > 1:
+            axis.legend(fontsize=7)
+        figure.tight_layout()
+        atomic_write(out / f"{measure}.png", lambda p: figure.savefig(p, format="png", dpi=100))
+        plt.close(figure)
