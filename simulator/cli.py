@@ -111,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
         from simulator.run import run_scenario
-        run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
+        from simulator.engine import WorkerFailure
+        try:
+            run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
+        except WorkerFailure as err:
+            print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
+                  f"{err.last_checkpoint or 'none (it failed before the first)'}", file=sys.stderr)
+            return 1
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

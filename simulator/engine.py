@@ -26,7 +26,9 @@ from simulator.resources import memory_mb
 
 
 class WorkerFailure(RuntimeError):
-    """A client step raised: the message names round, client and method."""
+    """A client step raised (e.g. a non-finite loss): the message names round, client and method."""
+
+    last_checkpoint: str | None = None
 
 
 def start_ray(address: str | None) -> None:

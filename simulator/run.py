@@ -99,7 +99,12 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
             if client_state_dir is not None:
                 restore_client_states(checkpoint, client_state_dir)
             federation.restore(resumed["state"])
-        return run_dir, RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed).run(progress)
+        try:
+            return run_dir, RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed).run(progress)
+        except engine.WorkerFailure as err:
+            checkpoint = latest_checkpoint(run_dir)
+            err.last_checkpoint = str(checkpoint) if checkpoint else None
+            raise
     finally:
         federation.shutdown()
 

@@ -92,3 +92,25 @@ def test_resume_refuses_a_finished_run(ray_session, synthetic_raw, tmp_path, cap
                               str(tmp_path / "done"), progress=False)
     assert main(["run", "--resume", str(run_dir)]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(ray_session, synthetic_raw,
+                                                                              tmp_path, capsys):
+    from simulator.cli import main
+    raw = {**synthetic_raw, "method": {"name": "fedavg", "objective": "spectral"},
+           "training": {**synthetic_raw["training"], "rounds": 2}, "eval": {"enabled": False},
+           "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
+    run_dir = tmp_path / "run"
+    run_scenario(resolve(raw), str(run_dir), progress=False)
+    (run_dir / "summary.json").unlink()  # pretend the run was cut off, then make round 3 explode
+    exploding = {**resolve(raw), "training": {**resolve(raw)["training"], "rounds": 4, "lr": 10.0}}
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(exploding))
+
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("fedssl: error: round 3, client ") and "method fedavg/spectral: loss is" in err
+    assert err.endswith(str(run_dir / "checkpoints" / "round_00002"))
+    good = torch.load(run_dir / "checkpoints" / "round_00002" / "state.pt", weights_only=False)
+    assert good["round"] == 2 and all(torch.isfinite(v).all() for v in good["state"]["weights"].values()
+                                      if v.is_floating_point())
+    assert not (run_dir / "summary.json").exists()
