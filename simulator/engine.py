@@ -160,7 +160,7 @@ class RayFederation:
         # the global state, the evaluator and the client store stay on the driver's node; workers spread
         self.on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.server = ServerActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(scenario)
-        self.evaluator = EvaluatorActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(scenario)
+        self.evaluator = None  # created at the first evaluation, so it does not slow the start
         self.workers = [self.new_worker() for _ in range(scenario["ray"]["num_workers"])]
         self.store = None
         self.worker_restarts = 0
@@ -220,17 +220,24 @@ class RayFederation:
     def peak_memory_mb(self) -> dict[str, float]:
         """Peak resident memory of the driver, the server, the evaluator and all workers together."""
         workers = ray.get([worker.memory.remote() for worker in self.workers])
+        evaluator = ray.get(self.evaluator.memory.remote())["peak_mb"] if self.evaluator else 0.0
         return {"driver": memory_mb()["peak_mb"], "server": ray.get(self.server.memory.remote())["peak_mb"],
-                "evaluator": ray.get(self.evaluator.memory.remote())["peak_mb"],
-                "workers": sum(w["peak_mb"] for w in workers)}
+                "evaluator": evaluator, "workers": sum(w["peak_mb"] for w in workers)}
 
     def worker_nodes(self) -> int:
         """How many nodes the (live) workers run on."""
         return len(set(ray.get([worker.node_id.remote() for worker in self.workers])))
 
-    def submit_eval(self) -> ray.ObjectRef:
-        """Evaluate the current global encoder in the background."""
-        return self.evaluator.evaluate.remote(self.server.eval_encoders.remote())
+    def encoders_now(self) -> ray.ObjectRef:
+        """The encoders to evaluate, as they are now (calls on the server run in order)."""
+        return self.server.eval_encoders.remote()
+
+    def submit_eval(self, encoders: ray.ObjectRef | None = None) -> ray.ObjectRef:
+        """Evaluate ``encoders`` (default: the current ones) in the background."""
+        if self.evaluator is None:
+            self.evaluator = EvaluatorActor.options(
+                num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
+        return self.evaluator.evaluate.remote(encoders if encoders is not None else self.encoders_now())
 
     def state(self) -> dict:
         return ray.get(self.server.state.remote())

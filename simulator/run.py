@@ -150,7 +150,9 @@ class RunLoop:
             0 if METHODS[scenario["method"]["name"]].has_setup_round else 1)
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
         self.eval_enabled = scenario["eval"]["enabled"]
-        self.pending = {} if 0 in self.evals or not self.eval_enabled else {0: federation.submit_eval()}
+        self.pending: dict[int, Any] = {}
+        # the round-0 encoders are taken now and evaluated after round 1, not to slow the start
+        self.initial_encoders = federation.encoders_now() if self.eval_enabled and 0 not in self.evals else None
 
     def collect_evals(self, wait: bool) -> None:
         for done in sorted(self.pending):
@@ -182,6 +184,9 @@ class RunLoop:
             self.log.log(r, metrics)
             if r == 1:
                 self.time_to_round1 = time.time() - self.start
+            if self.initial_encoders is not None and r >= 1:
+                self.pending[0] = federation.submit_eval(self.initial_encoders)
+                self.initial_encoders = None
             if self.eval_enabled and r >= 1 and (r % eval_every == 0 or r == rounds):
                 self.pending[r] = federation.submit_eval()
             self.collect_evals(wait=False)
