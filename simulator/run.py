@@ -202,5 +202,8 @@ class RunLoop:
                    "seconds_to_end_of_round_1": self.time_to_round1,
                    "worker_restarts": federation.worker_restarts, "worker_nodes": federation.worker_nodes(),
                    "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
+        # a method's server metrics named "summary/<key>" land in the summary (the latest value)
+        summary.update({name.removeprefix("summary/"): value for _, name, value, _ in
+                        sorted(self.log.rows, key=lambda row: row[0]) if name.startswith("summary/")})
         write_summary(self.run_dir, summary)
         return summary
