@@ -23,6 +23,8 @@ class EvalData:
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int
+    labelled_x: torch.Tensor | None = None  # semi-supervised runs: the clients' labelled samples
+    labelled_y: torch.Tensor | None = None
 
 
 def subset(x: torch.Tensor, y: torch.Tensor, size: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,19 +40,29 @@ def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
     data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=seed)
     train_x, train_y = subset(data.train_x, data.train_y, eval_cfg["train_subset"], derive_seed(seed, "eval-train"))
     test_x, test_y = subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, "eval-test"))
-    return EvalData(train_x, train_y, test_x, test_y, data.num_classes)
+    fraction = scenario["method"].get("labelled_fraction", 0.0)
+    if not fraction:
+        return EvalData(train_x, train_y, test_x, test_y, data.num_classes)
+    from methods.semi_supervised import labelled_train_indices
+    from simulator.run import build_partition
+    rows = torch.from_numpy(labelled_train_indices(build_partition(scenario, data.train_y.numpy()), seed, fraction))
+    return EvalData(train_x, train_y, test_x, test_y, data.num_classes, data.train_x[rows], data.train_y[rows])
 
 
 def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping[str, Any]) -> dict[str, float]:
-    """kNN (k, temperature from the scenario) and linear-probe top-1 on backbone features."""
+    """kNN (k, temperature from the scenario) and linear-probe top-1 on backbone features; with
+    labelled samples (semi-supervised runs), also ``labelled_linear_top1``: a probe trained on them
+    alone (Louizos et al. 2024, section 2.2)."""
     train_f = extract_features(encoder, data.train_x)
     test_f = extract_features(encoder, data.test_x)
-    return {
-        "knn_top1": knn_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
-                             k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"]),
-        "linear_top1": linear_probe_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
-                                         max_iter=eval_cfg["probe_iterations"]),
-    }
+    probe = lambda features, labels: linear_probe_top1(features, labels, test_f, data.test_y, data.num_classes,
+                                                       max_iter=eval_cfg["probe_iterations"])
+    metrics = {"knn_top1": knn_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
+                                    k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"]),
+               "linear_top1": probe(train_f, data.train_y)}
+    if data.labelled_x is not None:
+        metrics["labelled_linear_top1"] = probe(extract_features(encoder, data.labelled_x), data.labelled_y)
+    return metrics
 
 
 def summarize_evaluations(evaluations: dict[str, dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:

@@ -1,8 +1,9 @@
 """Federated methods, one module each; ``METHODS`` maps scenario names to classes."""
 from methods.base import DataSpec, Method
 from methods.fedavg import FedAvg
+from methods.fedsc import FedSC
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg,)}
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (FedAvg, FedSC)}
 
 
 def build_method(scenario, spec: DataSpec) -> Method:

@@ -8,6 +8,13 @@ takes the average (``server_optimizer: avg``, with server learning rate ``server
 w <- w + server_lr (avg - w)) or feeds the averaged delta to Adam (``server_optimizer: adam``,
 FedAdam of Reddi et al. 2021, the setting of Louizos et al. 2024).
 
+Federated SimCLR (Louizos et al. 2024) is this method with ``uv: true``: a user-verification loss
+(weight ``uv_weight``) on both views of any objective with two views (see ``methods.uv``); the server
+also holds the UV rows (payload kind ``"heads"``). ``labelled_fraction > 0`` is their semi-supervised
+variant (``methods.semi_supervised``): a fixed fraction of each client's samples is labelled, their
+loss is computed within each class, and a linear label classifier on the backbone features adds its
+cross-entropy on both views.
+
 BYOL's EMA target is global state too: clients receive it, update it as
 t <- m t + (1 - m) o after each local step (m = ``target_momentum``) and upload it beside the online
 networks, so clients stay stateless (as Orchestra does for its target).
@@ -24,10 +31,12 @@ from torch import nn
 
 from methods.base import ClientData, ClientUpload, Method
 from methods.objectives import OBJECTIVES, Objective
+from methods.semi_supervised import labelled_mask, semi_supervised_loss
 from methods.server_optimizer import adam_step
+from methods.uv import UVHead, initial_rows, write_back_rows
 from simulator.augment import AugmentConfig, BatchAugment, to_float
 from simulator.context import RoundContext, derive_seed
-from simulator.models import build_encoder
+from simulator.models import build_encoder, mlp
 from simulator.stats import Stats
 
 
@@ -40,6 +49,7 @@ class Workspace:
     slots: dict[str, torch.Tensor]  # flat name -> tensor of the networks' state, written in place
     augment: BatchAugment
     device: torch.device
+    uv_head: UVHead | None  # the client-ID classifier when ``uv`` is on
 
 
 class FedAvg(Method):
@@ -52,18 +62,34 @@ class FedAvg(Method):
         "server_lr": 1.0,
         "server_betas": [0.9, 0.999],
         "server_eps": 1e-8,
+        "uv": False,
+        "uv_weight": 1.0,
+        "labelled_fraction": 0.0,
     }
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
         objective_cls = OBJECTIVES[self.config["objective"]]
         self.objective: Objective = objective_cls(self.config, scenario["model"], spec.num_classes)
+        self.check_extensions()
         augment = scenario["augment"]
         self.augment_config = AugmentConfig(
             crop_scale=tuple(augment["crop_scale"]), flip_prob=augment["flip_prob"],
             jitter_prob=augment["jitter_prob"], brightness=augment["brightness"],
             contrast=augment["contrast"], saturation=augment["saturation"],
             grayscale_prob=augment["grayscale_prob"])
+
+    def check_extensions(self) -> None:
+        if self.config["uv"] and self.objective.num_views != 2:
+            raise ValueError(f"method.uv: expected false with objective {self.objective.name} (one view), got true")
+        if self.config["uv_weight"] < 0:
+            raise ValueError(f"method.uv_weight: expected a non-negative number, got {self.config['uv_weight']!r}")
+        fraction = self.config["labelled_fraction"]
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"method.labelled_fraction: expected a fraction in [0, 1], got {fraction!r}")
+        if fraction > 0 and self.objective.uses_labels:
+            raise ValueError(f"method.labelled_fraction: expected 0 with objective {self.objective.name} "
+                             f"(it uses every label), got {fraction!r}")
 
     # ---- networks ----------------------------------------------------------------------------
     def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
@@ -72,6 +98,10 @@ class FedAvg(Method):
         model = self.scenario["model"]
         encoder = build_encoder(model["encoder"], self.spec.channels, self.spec.image_size, model["norm"])
         online = self.objective.build(encoder)
+        if self.config["uv"]:
+            online["uv_projector"] = mlp(encoder.out_dim, model["hidden_dim"], model["projector_dim"])
+        if self.config["labelled_fraction"] > 0:
+            online["label_classifier"] = nn.Linear(encoder.out_dim, self.spec.num_classes)
         target = None
         if self.objective.uses_target:
             target = copy.deepcopy(nn.ModuleDict({k: online[k] for k in ("encoder", "projector")}))
@@ -90,12 +120,20 @@ class FedAvg(Method):
         online, target = self.build_networks()
         weights = {k: v.detach().clone() for k, v in self.flat_state(online, target).items()}
         trainable = [f"online.{k}" for k, _ in online.named_parameters()]
-        return {"weights": weights, "trainable": trainable, "server_opt": None}
+        state = {"weights": weights, "trainable": trainable, "server_opt": None}
+        if self.config["uv"]:
+            num_clients = len(self.spec.client_sizes)
+            state["uv_rows"] = initial_rows(num_clients, self.scenario["model"]["projector_dim"], self.scenario["seed"])
+        return state
 
     def broadcast(self, state, ctx):
+        if self.config["uv"]:
+            return {"weights": state["weights"], "heads": state["uv_rows"]}
         return {"weights": state["weights"]}
 
     def server_update(self, state, total, records, ctx):
+        if self.config["uv"]:
+            state = {**state, "uv_rows": write_back_rows(state["uv_rows"], records)}
         if total is None:
             return state, {}
         averaged = {k.split("/", 1)[1]: v for k, v in total.average().items() if k.startswith("weights/")}
@@ -130,8 +168,11 @@ class FedAvg(Method):
         online.to(device)
         if target is not None:
             target.to(device)
+        uv_head = None
+        if self.config["uv"]:
+            uv_head = UVHead(len(self.spec.client_sizes), self.scenario["model"]["projector_dim"]).to(device)
         return Workspace(online, target, self.flat_state(online, target),
-                         BatchAugment(self.augment_config), device)
+                         BatchAugment(self.augment_config), device, uv_head)
 
     def local_lr(self, ctx: RoundContext) -> float:
         training = ctx.hparams["training"]
@@ -143,21 +184,32 @@ class FedAvg(Method):
         with torch.no_grad():
             for name, slot in workspace.slots.items():
                 slot.copy_(broadcast["weights"][name])
+        if workspace.uv_head is not None:
+            workspace.uv_head.load(broadcast["heads"], data.client_id)
         loss = self.train_locally(workspace, data, ctx)
         upload = {f"weights/{k}": v for k, v in workspace.slots.items()}
-        return ClientUpload(stats=Stats.from_tensors(upload, len(data.labels)), metrics={"loss": loss})
+        record = None
+        if workspace.uv_head is not None:
+            record = {"heads": workspace.uv_head.own_row.detach().cpu().clone()}
+        return ClientUpload(stats=Stats.from_tensors(upload, len(data.labels)), record=record,
+                            metrics={"loss": loss})
 
     def train_locally(self, workspace: Workspace, data: ClientData, ctx: RoundContext) -> float:
         """Local SGD epochs on the client's data; returns the mean training loss."""
         training = ctx.hparams["training"]
         online, target, device = workspace.online, workspace.target, workspace.device
         online.train()
-        optimizer = torch.optim.SGD(online.parameters(), lr=self.local_lr(ctx),
+        parameters = list(online.parameters())
+        if workspace.uv_head is not None:
+            parameters.append(workspace.uv_head.own_row)
+        optimizer = torch.optim.SGD(parameters, lr=self.local_lr(ctx),
                                     momentum=training["momentum"], weight_decay=training["weight_decay"])
         generator = ctx.client_generator(data.client_id)
         images = to_float(data.images.to(device))
         labels = data.labels.to(device)
         n, batch_size = len(labels), training["batch_size"]
+        fraction = self.config["labelled_fraction"]
+        labelled = labelled_mask(ctx.seed, data.client_id, n, fraction).to(device) if fraction > 0 else None
         momentum = self.config["target_momentum"]
         losses = []
         for _ in range(training["local_epochs"]):
@@ -167,7 +219,8 @@ class FedAvg(Method):
                 if len(batch) < 2:
                     continue
                 views = [workspace.augment(images[batch], generator) for _ in range(self.objective.num_views)]
-                loss = self.objective.loss(online, target, views, labels[batch])
+                loss = self.batch_loss(workspace, views, labels[batch],
+                                       None if labelled is None else labelled[batch])
                 if not torch.isfinite(loss):
                     raise FloatingPointError(
                         f"round {ctx.round}, client {data.client_id}, method {self.name}/"
@@ -175,10 +228,27 @@ class FedAvg(Method):
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
+                if workspace.uv_head is not None:
+                    workspace.uv_head.project_row()
                 if target is not None:
                     ema_update(target, online, momentum)
                 losses.append(loss.detach())
         return torch.stack(losses).mean().item() if losses else float("nan")
+
+    def batch_loss(self, workspace: Workspace, views: list[torch.Tensor], labels: torch.Tensor,
+                   labelled: torch.Tensor | None) -> torch.Tensor:
+        """The objective's loss (semi-supervised when ``labelled`` marks the labelled rows), plus
+        ``uv_weight`` times the UV loss of both views when ``uv`` is on."""
+        online = workspace.online
+        embedding = self.objective.embed(online, workspace.target, views)
+        if labelled is None:
+            loss = self.objective.rows_loss(embedding, labels)
+        else:
+            loss = semi_supervised_loss(self.objective, embedding, labels, labelled, online["label_classifier"])
+        if workspace.uv_head is not None:
+            u1, u2 = (online["uv_projector"](h) for h in embedding["features"])
+            loss = loss + self.config["uv_weight"] * workspace.uv_head.loss(u1, u2)
+        return loss
 
 
 @torch.no_grad()

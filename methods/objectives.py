@@ -1,8 +1,12 @@
 """Local self-supervised (and supervised) objectives that FedAvg-style methods train on a client.
 
-An objective builds the online networks on top of an encoder and computes the loss of a batch from
-its augmented views. The target network of BYOL is built by the method (an EMA copy of encoder and
-projector) and handed in as ``target``.
+An objective builds the online networks on top of an encoder, ``embed``s a batch of augmented views
+(backbone features and whatever its loss needs, one tensor per view, rows aligned with the batch)
+and computes its loss on any subset of the batch's rows (``rows_loss``), so that extensions can add
+terms on the backbone features (the user-verification head of Louizos et al. 2024) or evaluate the
+loss within groups of rows (their semi-supervised variant) without copies of the objectives. The
+target network of BYOL is built by the method (an EMA copy of encoder and projector) and handed in
+as ``target``.
 """
 from __future__ import annotations
 
@@ -10,14 +14,17 @@ from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from methods.losses import byol_loss, nt_xent, simsiam_loss, spectral_contrastive
 from simulator.models import mlp
 
+# Per-view tensors of a batch by name; "features" (the online encoder's outputs) is always there.
+Embedding = dict[str, list[Tensor]]
+
 
 class Objective:
-    """Base: ``build`` the online networks, ``loss`` of a batch of views."""
+    """Base: ``build`` the online networks, ``embed`` views, ``rows_loss`` on a subset of rows."""
 
     name = ""
     num_views = 2
@@ -36,12 +43,27 @@ class Objective:
             "projector": mlp(encoder.out_dim, self.hidden_dim, self.projector_dim),
         })
 
-    def loss(self, online: nn.ModuleDict, target: nn.ModuleDict | None,
-             views: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    def embed(self, online: nn.ModuleDict, target: nn.ModuleDict | None, views: list[Tensor]) -> Embedding:
+        """Backbone features and projections of every view."""
+        features = [online["encoder"](v) for v in views]
+        return {"features": features, "z": [online["projector"](h) for h in features]}
+
+    def rows_loss(self, embedding: Embedding, labels: Tensor, rows: Tensor | None = None) -> Tensor:
+        """The objective's loss on the batch rows ``rows`` (all rows when ``None``)."""
         raise NotImplementedError
 
+    def loss(self, online: nn.ModuleDict, target: nn.ModuleDict | None,
+             views: list[Tensor], labels: Tensor) -> Tensor:
+        """The objective's loss on the whole batch."""
+        return self.rows_loss(self.embed(online, target, views), labels)
 
-def project(net: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
+
+def take(tensors: list[Tensor], rows: Tensor | None) -> list[Tensor]:
+    """The rows ``rows`` of each tensor (all of them when ``None``)."""
+    return tensors if rows is None else [t[rows] for t in tensors]
+
+
+def project(net: nn.ModuleDict, x: Tensor) -> Tensor:
     return net["projector"](net["encoder"](x))
 
 
@@ -50,8 +72,9 @@ class SimCLR(Objective):
 
     name = "simclr"
 
-    def loss(self, online, target, views, labels):
-        return nt_xent(project(online, views[0]), project(online, views[1]), self.config["temperature"])
+    def rows_loss(self, embedding, labels, rows=None):
+        z1, z2 = take(embedding["z"], rows)
+        return nt_xent(z1, z2, self.config["temperature"])
 
 
 class Spectral(Objective):
@@ -59,8 +82,9 @@ class Spectral(Objective):
 
     name = "spectral"
 
-    def loss(self, online, target, views, labels):
-        return spectral_contrastive(project(online, views[0]), project(online, views[1]))
+    def rows_loss(self, embedding, labels, rows=None):
+        z1, z2 = take(embedding["z"], rows)
+        return spectral_contrastive(z1, z2)
 
 
 class _WithPredictor(Objective):
@@ -69,6 +93,11 @@ class _WithPredictor(Objective):
         networks["predictor"] = mlp(self.projector_dim, self.hidden_dim, self.projector_dim)
         return networks
 
+    def embed(self, online, target, views):
+        embedding = super().embed(online, target, views)
+        embedding["p"] = [online["predictor"](z) for z in embedding["z"]]
+        return embedding
+
 
 class BYOL(_WithPredictor):
     """BYOL (Grill et al. 2020): the online predictor regresses the EMA target's projection."""
@@ -76,10 +105,15 @@ class BYOL(_WithPredictor):
     name = "byol"
     uses_target = True
 
-    def loss(self, online, target, views, labels):
-        p1, p2 = (online["predictor"](project(online, v)) for v in views)
+    def embed(self, online, target, views):
+        embedding = super().embed(online, target, views)
         with torch.no_grad():
-            z1, z2 = (project(target, v) for v in views)
+            embedding["target_z"] = [project(target, v) for v in views]
+        return embedding
+
+    def rows_loss(self, embedding, labels, rows=None):
+        p1, p2 = take(embedding["p"], rows)
+        z1, z2 = take(embedding["target_z"], rows)
         return byol_loss(p1, p2, z1, z2)
 
 
@@ -88,9 +122,10 @@ class SimSiam(_WithPredictor):
 
     name = "simsiam"
 
-    def loss(self, online, target, views, labels):
-        z1, z2 = (project(online, v) for v in views)
-        return simsiam_loss(online["predictor"](z1), online["predictor"](z2), z1, z2)
+    def rows_loss(self, embedding, labels, rows=None):
+        p1, p2 = take(embedding["p"], rows)
+        z1, z2 = take(embedding["z"], rows)
+        return simsiam_loss(p1, p2, z1, z2)
 
 
 class Supervised(Objective):
@@ -104,8 +139,13 @@ class Supervised(Objective):
         return nn.ModuleDict({"encoder": encoder,
                               "classifier": nn.Linear(encoder.out_dim, self.num_classes)})
 
-    def loss(self, online, target, views, labels):
-        return F.cross_entropy(online["classifier"](online["encoder"](views[0])), labels)
+    def embed(self, online, target, views):
+        features = [online["encoder"](v) for v in views]
+        return {"features": features, "logits": [online["classifier"](h) for h in features]}
+
+    def rows_loss(self, embedding, labels, rows=None):
+        (logits,) = take(embedding["logits"], rows)
+        return F.cross_entropy(logits, labels if rows is None else labels[rows])
 
 
 OBJECTIVES = {cls.name: cls for cls in (SimCLR, Spectral, BYOL, SimSiam, Supervised)}

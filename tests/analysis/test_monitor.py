@@ -19,3 +19,19 @@ def test_per_client_encoders_get_group_mean_std_and_overall_mean():
     assert logged["eval/large/knn_top1_std"] == 0.0
     assert logged["eval/small/client_1/knn_top1"] == 0.7
     assert logged["eval/knn_top1"] == pytest.approx(0.7)
+
+
+def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_raw):
+    import torch
+
+    from analysis.monitor import evaluate_encoder, load_eval_data
+    from simulator.scenario import resolve
+    scenario = resolve({**synthetic_raw, "method": {"name": "fedavg", "objective": "simclr",
+                                                    "labelled_fraction": 0.1}})
+    data = load_eval_data(scenario)
+    assert len(data.labelled_y) == pytest.approx(0.1 * len(data.train_y), abs=8)  # rounding per client
+    encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))
+    metrics = evaluate_encoder(encoder, data, scenario["eval"])
+    assert set(metrics) == {"knn_top1", "linear_top1", "labelled_linear_top1"}
+    unlabelled = load_eval_data(resolve(synthetic_raw))
+    assert unlabelled.labelled_x is None

@@ -1,0 +1,228 @@
+"""FedSC (Jing et al., "FedSC: Provable Federated Self-supervised Learning with Spectral Contrastive
+Objective over Non-i.i.d. Data", ICML 2024): FedAvg with the spectral contrastive objective plus
+shared correlation matrices, so that each client also contrasts against the other clients' data.
+
+Algorithm 1, in this engine's rounds:
+
+- Round 0 (setup round, every client): client j computes ``R~_j`` with DP-CalR (Algorithm 2,
+  :mod:`methods.privacy`) on the initial model and uploads it as a per-client record of payload
+  kind ``"correlation"``; no training.
+- Rounds t >= 1: each sampled client first computes ``R~_j`` from the received global weights (in
+  the sharing rounds ``method.share_from_round + k * method.share_every``), then trains E local epochs
+  on Eq. 5 (:func:`methods.losses.fedsc.fedsc_local_objective`) against
+  ``Rbar_{-j} = (R~ - q_j R~_j) / (1 - q_j)``, the aggregate of the OTHER clients' last matrices,
+  received from the server (payload kind ``"correlation"``) and held constant. Weights are averaged
+  as in FedAvg.
+- The server keeps each client's last matrix and the weighted sum ``R~ = sum_j q_j R~_j``, updated
+  incrementally (``R~ <- R~ - q_j R~_j_old + q_j R~_j_new``); a client that drops out or is not
+  sampled keeps its stale matrix. Before a client's first share its matrix is absent and the
+  aggregate is over the clients that have one; with no other matrix yet, the client trains plain SC.
+
+alpha decays linearly from ``alpha_start`` to ``alpha_end`` over the rounds (Appendix C: 1 -> 0.2,
+``alpha = alpha_start + (alpha_end - alpha_start) (t - 1) / T`` as in the reference code); with
+alpha = 1 the client update is FedAvg+SC's, bit for bit.
+
+Deviation (one pass per round): Algorithm 1 collects the round's fresh matrices before anyone
+trains; here a client trains against the matrices the server held at the start of the round, so
+the matrices of clients sampled in the same round are one round older than in Algorithm 1 (round 1
+is exact thanks to the setup round).
+
+DP: ``noise_sigma`` > 0 adds N(0, noise_sigma^2) as the paper does (fixed sigma, the epsilon then
+depends on n_j); ``target_epsilon`` > 0 instead derives each client's sigma from the noise
+multiplier that keeps ``(target_epsilon, delta)`` after sharing in EVERY sharing round (the worst
+case of partial participation), so sigma_j = multiplier * sqrt(2) mu / n_j. Each client's epsilon
+counts only the rounds in which it shared; the server logs ``privacy/epsilon_max`` (and
+``summary/privacy_epsilon_max`` for the run summary) every round.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from methods.base import ClientData, ClientUpload
+from methods.fedavg import FedAvg, Workspace
+from methods.losses.fedsc import fedsc_local_objective
+from methods.objectives import Spectral, project, take
+from methods.privacy import (add_gaussian_noise, correlation_sensitivity, noise_multiplier_for,
+                             norm_clip, rdp_epsilon)
+from simulator.augment import to_float
+from simulator.context import RoundContext
+
+
+class FedSCSpectral(Spectral):
+    """Eq. 5 for one client and round: alpha and ``Rbar_{-j}`` bound at construction."""
+
+    def __init__(self, base: Spectral, others_correlation: torch.Tensor | None, alpha: float):
+        super().__init__(base.config, {"hidden_dim": base.hidden_dim, "projector_dim": base.projector_dim},
+                         base.num_classes)
+        self.others_correlation = others_correlation
+        self.alpha = alpha
+
+    def rows_loss(self, embedding, labels, rows=None):
+        if self.others_correlation is None:
+            return super().rows_loss(embedding, labels, rows)
+        z1, z2 = take(embedding["z"], rows)
+        return fedsc_local_objective(z1, z2, self.others_correlation, self.alpha)
+
+
+class FedSC(FedAvg):
+    name = "fedsc"
+    has_setup_round = True
+    params = {
+        **FedAvg.params,
+        "objective": "spectral",
+        "alpha_start": 1.0,
+        "alpha_end": 0.2,
+        "share_views": 5,
+        "clip_mu": 4.0,
+        "noise_sigma": 0.0,
+        "target_epsilon": 0.0,
+        "delta": 1e-5,
+        "share_from_round": 0,
+        "share_every": 1,
+    }
+
+    def __init__(self, scenario, spec):
+        super().__init__(scenario, spec)
+        self.check_config(scenario["training"]["rounds"])
+        sizes = torch.tensor(spec.client_sizes, dtype=torch.float64)
+        self.client_weights = sizes / sizes.sum()  # q_j
+        self.planned_shares = sum(self.shares_in(r) for r in range(scenario["training"]["rounds"] + 1))
+        self.noise_multiplier = None  # sigma / sensitivity, when derived from a target epsilon
+        if self.config["target_epsilon"] > 0:
+            self.noise_multiplier = noise_multiplier_for(self.config["target_epsilon"], self.config["delta"],
+                                                         self.planned_shares)
+
+    def check_config(self, rounds: int) -> None:
+        c = self.config
+        checks = [
+            ("objective", c["objective"] == "spectral", "spectral"),
+            ("alpha_start", 0 <= c["alpha_start"] <= 1, "a number in [0, 1]"),
+            ("alpha_end", 0 <= c["alpha_end"] <= 1, "a number in [0, 1]"),
+            ("share_views", c["share_views"] >= 1, "a positive integer"),
+            ("clip_mu", c["clip_mu"] > 0, "a positive number"),
+            ("noise_sigma", c["noise_sigma"] >= 0, "a non-negative number"),
+            ("target_epsilon", c["target_epsilon"] >= 0, "a non-negative number"),
+            ("target_epsilon", c["noise_sigma"] == 0 or c["target_epsilon"] == 0,
+             "0 when method.noise_sigma is set (give one of them)"),
+            ("delta", 0 < c["delta"] < 1, "a number in (0, 1)"),
+            ("share_from_round", 0 <= c["share_from_round"] <= rounds, f"a round in [0, {rounds}]"),
+            ("share_every", c["share_every"] >= 1, "a positive integer"),
+        ]
+        for key, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"method.{key}: expected {expected}, got {c[key]!r}")
+
+    # ---- schedules ---------------------------------------------------------------------------
+    def shares_in(self, round_index: int) -> bool:
+        """Whether the clients of this round share a correlation matrix (Appendix C's schedule)."""
+        start, every = self.config["share_from_round"], self.config["share_every"]
+        return round_index >= start and (round_index - start) % every == 0
+
+    def alpha(self, ctx: RoundContext) -> float:
+        start, end = self.config["alpha_start"], self.config["alpha_end"]
+        return start + (end - start) * ctx.progress
+
+    def private(self) -> bool:
+        return self.config["noise_sigma"] > 0 or self.config["target_epsilon"] > 0
+
+    def noise_std(self, num_samples: int) -> float:
+        """sigma of client j's Gaussian noise (0 without DP)."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier * correlation_sensitivity(self.config["clip_mu"], num_samples)
+        return self.config["noise_sigma"]
+
+    def epsilon(self, client_id: int, shares: int) -> float:
+        sensitivity = correlation_sensitivity(self.config["clip_mu"], self.spec.client_sizes[client_id])
+        return rdp_epsilon(self.noise_std(self.spec.client_sizes[client_id]) / sensitivity, shares,
+                           self.config["delta"])
+
+    # ---- server side -------------------------------------------------------------------------
+    def init_state(self):
+        state = super().init_state()
+        dim, clients = self.scenario["model"]["projector_dim"], len(self.spec.client_sizes)
+        state["correlations"] = torch.zeros(clients, dim, dim)  # each client's last R~_j
+        state["shared"] = torch.zeros(clients, dtype=torch.int64)  # times each client shared
+        state["correlation_sum"] = torch.zeros(dim, dim, dtype=torch.float64)  # sum_j q_j R~_j
+        state["correlation_mass"] = 0.0  # sum of q_j over clients with a matrix
+        return state
+
+    def client_extra(self, state, client_id, ctx):
+        """``Rbar_{-j}``: the q-weighted mean of the other clients' last matrices (None if none)."""
+        has_matrix = state["shared"] > 0
+        if ctx.round == 0 or not torch.cat([has_matrix[:client_id], has_matrix[client_id + 1:]]).any():
+            return None
+        total, mass = state["correlation_sum"], state["correlation_mass"]
+        if has_matrix[client_id]:
+            q = self.client_weights[client_id]
+            total = total - q * state["correlations"][client_id].double()
+            mass = mass - q.item()
+        return {"correlation": (total / mass).float()}
+
+    def server_update(self, state, total, records, ctx):
+        state, metrics = super().server_update(state, total, records, ctx)
+        correlations, shared = state["correlations"].clone(), state["shared"].clone()
+        correlation_sum, mass = state["correlation_sum"].clone(), state["correlation_mass"]
+        for cid, record in records.items():
+            if "correlation" not in record:
+                continue
+            q = self.client_weights[cid]
+            if shared[cid] > 0:
+                correlation_sum -= q * correlations[cid].double()
+            else:
+                mass += q.item()
+            correlations[cid] = record["correlation"]
+            correlation_sum += q * correlations[cid].double()
+            shared[cid] += 1
+        state = {**state, "correlations": correlations, "shared": shared,
+                 "correlation_sum": correlation_sum, "correlation_mass": mass}
+        metrics["fedsc/alpha"] = self.alpha(ctx)
+        metrics["fedsc/clients_with_matrix"] = float((shared > 0).sum())
+        if self.private():
+            epsilon_max = max(self.epsilon(cid, int(n)) for cid, n in enumerate(shared))
+            metrics["privacy/epsilon_max"] = epsilon_max
+            metrics["summary/privacy_epsilon_max"] = epsilon_max
+            metrics["privacy/shares_max"] = float(shared.max())
+        return state, metrics
+
+    # ---- client side -------------------------------------------------------------------------
+    def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
+        record = None
+        if self.shares_in(ctx.round):
+            with torch.no_grad():
+                for name, slot in workspace.slots.items():
+                    slot.copy_(broadcast["weights"][name])
+            record = {"correlation": self.shared_correlation(workspace, data, ctx)}
+        if ctx.round == 0:
+            return ClientUpload(record=record)
+        others = None if extra is None else extra["correlation"].to(workspace.device)
+        trainer = copy.copy(self)  # the same method, training on this client's bound objective
+        trainer.objective = FedSCSpectral(self.objective, others, self.alpha(ctx))
+        upload = FedAvg.client_update(trainer, workspace, broadcast, extra, data, ctx)
+        if record is not None:
+            upload.record = {**(upload.record or {}), **record}
+        return upload
+
+    @torch.no_grad()
+    def shared_correlation(self, workspace: Workspace, data: ClientData, ctx: RoundContext) -> torch.Tensor:
+        """DP-CalR (Algorithm 2) on the networks in the workspace: V augmented views per sample,
+        representations clipped to norm sqrt(mu), averaged z z^T, plus Gaussian noise."""
+        online, device = workspace.online, workspace.device
+        online.eval()
+        generator = ctx.client_generator(data.client_id, "correlation")
+        images = to_float(data.images.to(device))
+        views, mu = self.config["share_views"], self.config["clip_mu"]
+        batch_size = ctx.hparams["training"]["batch_size"]
+        dim = self.scenario["model"]["projector_dim"]
+        total = torch.zeros(dim, dim, dtype=torch.float64, device=device)
+        for start in range(0, len(images), batch_size):
+            batch = images[start:start + batch_size]
+            for _ in range(views):
+                z = norm_clip(project(online, workspace.augment(batch, generator)), mu).double()
+                total += z.T @ z
+        matrix = total / (len(images) * views)
+        sigma = self.noise_std(len(images))
+        if sigma > 0:
+            matrix = add_gaussian_noise(matrix, sigma, generator)
+        return matrix.float().cpu()

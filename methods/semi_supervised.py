@@ -1,0 +1,58 @@
+"""The semi-supervised variant of Louizos et al. 2024 (section 2.2, Algorithm 2 of Appendix C).
+
+A fixed fraction of each client's samples is labelled. The choice depends only on (run seed, client
+id, client size), so the evaluator can rebuild the same labelled subset of the training set
+(``labelled_train_indices``) and train its linear probe on it alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from methods.losses.supervised_contrastive import within_class_loss
+from methods.objectives import Embedding, Objective
+from simulator.context import derive_seed
+from simulator.data.partition import Partition
+
+
+def labelled_positions(seed: int, client_id: int, size: int, fraction: float) -> np.ndarray:
+    """Sorted positions, within the client's data, of its labelled samples: round(fraction * size)
+    of them, drawn without replacement from the stream (seed, client id, "labelled")."""
+    count = int(fraction * size + 0.5)
+    rng = np.random.default_rng(derive_seed(seed, client_id, "labelled"))
+    return np.sort(rng.permutation(size)[:count])
+
+
+def labelled_mask(seed: int, client_id: int, size: int, fraction: float) -> Tensor:
+    """Boolean [size]: which of the client's samples are labelled."""
+    mask = torch.zeros(size, dtype=torch.bool)
+    mask[torch.from_numpy(labelled_positions(seed, client_id, size, fraction))] = True
+    return mask
+
+
+def labelled_train_indices(partition: Partition, seed: int, fraction: float) -> np.ndarray:
+    """Sorted train-set indices of every client's labelled samples (client data are stored in the
+    order of ``partition.indices``), for the semi-supervised linear probe."""
+    chosen = [indices[labelled_positions(seed, cid, len(indices), fraction)]
+              for cid, indices in enumerate(partition.indices)]
+    return np.sort(np.concatenate(chosen))
+
+
+def semi_supervised_loss(objective: Objective, embedding: Embedding, labels: Tensor, labelled: Tensor,
+                         classifier: nn.Module) -> Tensor:
+    """Algorithm 2 without the UV term: the plain loss on the unlabelled rows, the loss within each
+    class on the labelled rows (Eq. 9), and the label classifier's cross-entropy on the backbone
+    features of both views of the labelled rows (Eq. 10-11: ``CE(y | h1) + CE(y | h2)``)."""
+    unlabelled_rows = (~labelled).nonzero().squeeze(1)
+    labelled_rows = labelled.nonzero().squeeze(1)
+    loss = torch.zeros((), device=labels.device)
+    if len(unlabelled_rows):
+        loss = loss + objective.rows_loss(embedding, labels, unlabelled_rows)
+    if len(labelled_rows):
+        loss = loss + within_class_loss(lambda rows: objective.rows_loss(embedding, labels, labelled_rows[rows]),
+                                        labels[labelled_rows])
+        for features in embedding["features"]:
+            loss = loss + F.cross_entropy(classifier(features[labelled_rows]), labels[labelled_rows])
+    return loss

@@ -1,0 +1,149 @@
+"""FedSC's client and server steps in-process (no Ray): sharing, the incremental sum, alpha = 1,
+DP-CalR's noise and the per-client privacy accounting."""
+import numpy as np
+import pytest
+import torch
+
+from methods import build_method
+from methods.base import ClientData, DataSpec
+from methods.privacy import correlation_sensitivity, rdp_epsilon
+from simulator.context import RoundContext, freeze
+from simulator.data.synthetic import make_synthetic
+from simulator.federation import Server, simulate_clients
+from simulator.scenario import resolve
+
+DATA = make_synthetic(train_per_class=6, test_per_class=1, seed=2)
+# four clients, two classes each (non-i.i.d.), of different sizes
+CLIENTS = [(DATA.train_x[mask], DATA.train_y[mask])
+           for mask in ((DATA.train_y < 2), (DATA.train_y >= 2) & (DATA.train_y < 4),
+                        (DATA.train_y >= 4) & (DATA.train_y < 7), DATA.train_y >= 7)]
+SPEC = DataSpec(1, 28, 10, tuple(len(y) for _, y in CLIENTS))
+DIM = 32  # projector_dim of the synthetic scenario
+
+
+def build(synthetic_raw, spec=SPEC, rounds=3, **method):
+    raw = {**synthetic_raw, "method": method,
+           "training": {**synthetic_raw["training"], "rounds": rounds}}
+    scenario = resolve(raw)
+    return build_method(scenario, spec), scenario
+
+
+def run_round(method, server, scenario, round_index, cohort):
+    ctx = RoundContext(round_index, scenario["training"]["rounds"], cohort, scenario["seed"], freeze(scenario))
+    broadcast, extras, bytes_down = server.payload(ctx, [list(cohort)])
+    workspace = method.make_workspace(torch.device("cpu"))
+    result = simulate_clients(method, workspace, lambda c: CLIENTS[c], broadcast, extras[0], list(cohort), ctx)
+    metrics = server.aggregate(ctx, [result])
+    return result, metrics, extras[0], bytes_down
+
+
+def test_setup_round_collects_every_clients_correlation_without_training(synthetic_raw):
+    method, scenario = build(synthetic_raw, name="fedsc", clip_mu=1.0, share_views=2)
+    server = Server(method)
+    before = {k: v.clone() for k, v in server.state["weights"].items()}
+    result, metrics, _, _ = run_round(method, server, scenario, 0, (0, 1, 2, 3))
+    assert result.stats is None and sorted(result.records) == [0, 1, 2, 3]
+    for cid, record in result.records.items():
+        matrix = record["correlation"]
+        assert matrix.shape == (DIM, DIM) and torch.allclose(matrix, matrix.T, atol=1e-6)
+        assert torch.linalg.eigvalsh(matrix.double()).min() > -1e-6  # an average of z z^T: PSD
+        assert matrix.trace() <= 1.0 + 1e-5  # every z clipped to norm sqrt(mu) = 1
+        assert torch.equal(server.state["correlations"][cid], matrix)
+    assert all(torch.equal(before[k], server.state["weights"][k]) for k in before)
+    assert metrics["bytes_up/correlation"] == 4 * 4 * DIM * DIM and "bytes_up/weights" not in metrics
+    assert metrics["fedsc/clients_with_matrix"] == 4
+
+
+def test_incremental_sum_equals_recomputed_sum_after_many_partial_rounds(synthetic_raw):
+    """Algorithm 1's R~ <- R~ - q_j R~_j_old + q_j R~_j_new, with clients that appear late."""
+    sizes = (30, 7, 12, 51, 3, 20)
+    spec = DataSpec(1, 28, 10, sizes)
+    method, scenario = build(synthetic_raw, spec, rounds=60, name="fedsc")
+    state = method.init_state()
+    rng = np.random.default_rng(0)
+    q = torch.tensor(sizes, dtype=torch.float64) / sum(sizes)
+    for r in range(1, 61):
+        cohort = tuple(sorted(rng.choice(6, size=2, replace=False).tolist()))
+        ctx = RoundContext(r, 60, cohort, 0, freeze(scenario))
+        records = {c: {"correlation": torch.randn(DIM, DIM, dtype=torch.float32) * 3} for c in cohort}
+        state, _ = method.server_update(state, None, records, ctx)
+        has = state["shared"] > 0
+        recomputed = sum(q[j] * state["correlations"][j].double() for j in range(6) if has[j])
+        assert torch.allclose(state["correlation_sum"], recomputed, rtol=0, atol=1e-10)
+        assert state["correlation_mass"] == pytest.approx(q[has].sum().item())
+        for j in range(6):  # Rbar_{-j}: the q-weighted mean of the OTHER clients' last matrices
+            others = [k for k in range(6) if k != j and has[k]]
+            extra = method.client_extra(state, j, ctx)
+            if not others:
+                assert extra is None
+                continue
+            expected = sum(q[k] * state["correlations"][k].double() for k in others) / q[others].sum()
+            assert torch.allclose(extra["correlation"], expected.float(), atol=1e-5)
+    assert (state["shared"] > 0).all() and state["shared"].sum() == 120
+
+
+def test_alpha_one_reproduces_fedavg_spectral_bitwise(synthetic_raw):
+    fedsc, scenario = build(synthetic_raw, rounds=2, name="fedsc", alpha_start=1.0, alpha_end=1.0, share_views=1)
+    fedavg, _ = build(synthetic_raw, rounds=2, name="fedavg", objective="spectral")
+    decaying, _ = build(synthetic_raw, rounds=2, name="fedsc", alpha_start=0.5, share_views=1)
+    servers = {name: Server(m) for name, m in (("fedsc", fedsc), ("fedavg", fedavg), ("decaying", decaying))}
+    run_round(fedsc, servers["fedsc"], scenario, 0, (0, 1, 2, 3))
+    run_round(decaying, servers["decaying"], scenario, 0, (0, 1, 2, 3))
+    for r, cohort in ((1, (0, 2)), (2, (1, 3))):
+        _, _, extras, _ = run_round(fedsc, servers["fedsc"], scenario, r, cohort)
+        assert all(extra["correlation"].abs().sum() > 0 for extra in extras.values())  # a live third term
+        run_round(fedavg, servers["fedavg"], scenario, r, cohort)
+        run_round(decaying, servers["decaying"], scenario, r, cohort)
+    weights = {name: s.state["weights"] for name, s in servers.items()}
+    assert all(torch.equal(weights["fedsc"][k], weights["fedavg"][k]) for k in weights["fedavg"])
+    assert not all(torch.equal(weights["decaying"][k], weights["fedavg"][k]) for k in weights["fedavg"])
+
+
+def test_alpha_decays_linearly_over_the_rounds(synthetic_raw):
+    method, scenario = build(synthetic_raw, rounds=5, name="fedsc", alpha_start=1.0, alpha_end=0.2)
+    alphas = [method.alpha(RoundContext(r, 5, (), 0, freeze(scenario))) for r in range(1, 6)]
+    assert alphas == pytest.approx([1.0, 0.84, 0.68, 0.52, 0.36])
+
+
+def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
+    """Noise of std multiplier * sqrt(2) mu / n_j on every entry; epsilon counts only the rounds in
+    which the client shared (here rounds 0, 1 and 3: share_every 2 from round 1)."""
+    options = dict(name="fedsc", clip_mu=2.0, share_from_round=1, share_every=2, delta=1e-4, share_views=1)
+    private, scenario = build(synthetic_raw, rounds=4, target_epsilon=8.0, **options)
+    clean, _ = build(synthetic_raw, rounds=4, **options)
+    assert private.planned_shares == 2  # rounds 1 and 3
+    assert rdp_epsilon(private.noise_multiplier, 2, 1e-4) <= 8.0
+    ctx = RoundContext(1, 4, (0,), scenario["seed"], freeze(scenario))
+    workspace = private.make_workspace(torch.device("cpu"))
+    data = ClientData(0, *CLIENTS[0])
+    noisy = private.shared_correlation(workspace, data, ctx)
+    exact = clean.shared_correlation(workspace, data, ctx)
+    sigma = private.noise_multiplier * correlation_sensitivity(2.0, len(CLIENTS[0][1]))
+    assert abs((noisy - exact).std().item() - sigma) < 0.1 * sigma
+
+    server = Server(private)
+    _, m0, _, _ = run_round(private, server, scenario, 0, (0, 1, 2, 3))  # round 0: not a sharing round
+    assert "bytes_up/correlation" not in m0 and m0["privacy/epsilon_max"] == 0.0
+    _, m1, extras, _ = run_round(private, server, scenario, 1, (0, 1))
+    assert extras == {}  # no other client had shared yet: plain SC
+    _, m2, extras, bytes_down = run_round(private, server, scenario, 2, (1, 2))
+    assert "bytes_up/correlation" not in m2 and sorted(extras) == [1, 2]
+    assert bytes_down["correlation"] == 2 * 4 * DIM * DIM and bytes_down["weights"] > 0
+    _, m3, _, _ = run_round(private, server, scenario, 3, (1, 3))
+    assert server.state["shared"].tolist() == [1, 2, 0, 1]
+    expected = rdp_epsilon(private.noise_multiplier, 2, 1e-4)  # client 1: shared twice
+    assert m3["privacy/epsilon_max"] == pytest.approx(expected)
+    assert m3["summary/privacy_epsilon_max"] == m3["privacy/epsilon_max"] <= 8.0
+    assert m1["privacy/epsilon_max"] == pytest.approx(rdp_epsilon(private.noise_multiplier, 1, 1e-4))
+
+
+@pytest.mark.parametrize("option, message", [
+    ({"objective": "simclr"}, "method.objective: expected spectral, got 'simclr'"),
+    ({"alpha_end": 1.5}, r"method.alpha_end: expected a number in \[0, 1\], got 1.5"),
+    ({"noise_sigma": 0.01, "target_epsilon": 3.0}, "method.target_epsilon: expected 0 when"),
+    ({"delta": 1.0}, r"method.delta: expected a number in \(0, 1\), got 1.0"),
+    ({"share_from_round": 9}, r"method.share_from_round: expected a round in \[0, 3\], got 9"),
+])
+def test_bad_options_give_one_line_errors(synthetic_raw, option, message):
+    with pytest.raises(ValueError, match=message):
+        build(synthetic_raw, name="fedsc", **option)

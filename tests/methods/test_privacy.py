@@ -1,0 +1,60 @@
+"""DP-CalR's pieces: clipping, sensitivity, noise scale, and the RDP accountant against Prop. 6.6."""
+import math
+
+import pytest
+import torch
+
+from methods.privacy import (add_gaussian_noise, closed_form_epsilon, correlation_sensitivity,
+                             noise_multiplier_for, norm_clip, rdp_epsilon)
+
+
+def test_norm_clip_caps_long_rows_and_keeps_short_ones():
+    z = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
+    clipped = norm_clip(z, mu=4.0)  # norm at most 2
+    assert torch.allclose(clipped[0], torch.tensor([1.2, 1.6]))
+    assert torch.equal(clipped[1:], z[1:])
+
+
+def test_sensitivity_bounds_a_replaced_sample_and_is_attained():
+    mu, n = 4.0, 10
+    generator = torch.Generator().manual_seed(0)
+    rest = norm_clip(torch.randn(n - 1, 3, generator=generator) * 3, mu)
+    # two orthogonal samples at the clipping norm: the worst case of replace-one
+    x, x_prime = torch.tensor([[2.0, 0.0, 0.0]]), torch.tensor([[0.0, 2.0, 0.0]])
+    r, r_prime = ((torch.cat([rest, s]).T @ torch.cat([rest, s])) / n for s in (x, x_prime))
+    assert math.isclose((r - r_prime).norm().item(), correlation_sensitivity(mu, n), rel_tol=1e-6)
+    for _ in range(20):  # random replacements never exceed it
+        a, b = (norm_clip(torch.randn(1, 3, generator=generator) * 3, mu) for _ in range(2))
+        diff = (a.T @ a - b.T @ b) / n
+        assert diff.norm().item() <= correlation_sensitivity(mu, n) + 1e-6
+
+
+def test_noise_has_the_requested_scale():
+    generator = torch.Generator().manual_seed(1)
+    matrix = torch.eye(200)
+    noisy = add_gaussian_noise(matrix, 0.03, generator)
+    noise = noisy - matrix
+    assert abs(noise.std().item() - 0.03) < 0.03 * 0.02
+    assert abs(noise.mean().item()) < 0.03 * 0.02
+    assert not torch.equal(noise, noise.T)  # i.i.d. on every entry, as in Algorithm 2
+
+
+@pytest.mark.parametrize("shares, multiplier, delta",
+                         [(1, 0.5, 1e-2), (5, 1.0, 1e-1), (51, 6.5, 1e-5), (200, 20.0, 1e-5), (1000, 100.0, 1e-6)])
+def test_accountant_never_exceeds_the_closed_form_of_proposition_6_6(shares, multiplier, delta):
+    epsilon = rdp_epsilon(multiplier, shares, delta)
+    assert 0 < epsilon <= closed_form_epsilon(multiplier, shares, delta)
+    # and it is the same order: the closed form is its RDP bound with a looser conversion
+    assert epsilon > 0.5 * closed_form_epsilon(multiplier, shares, delta)
+
+
+def test_epsilon_grows_with_shares_and_is_zero_without():
+    assert rdp_epsilon(3.0, 0, 1e-5) == 0.0
+    values = [rdp_epsilon(3.0, t, 1e-5) for t in (1, 2, 10, 100)]
+    assert values == sorted(values) and len(set(values)) == 4
+
+
+def test_noise_multiplier_for_a_target_epsilon():
+    multiplier = noise_multiplier_for(6.0, 1e-5, 51)
+    assert 5.99 - 0.01 <= rdp_epsilon(multiplier, 51, 1e-5) <= 6.0
+    assert rdp_epsilon(multiplier * 0.98, 51, 1e-5) > 6.0
