@@ -9,7 +9,9 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from analysis.align_uniform import align_uniform_score
 from analysis.evaluate import extract_features, knn_top1, linear_probe_top1
+from simulator.augment import AugmentConfig, BatchAugment
 from simulator.context import derive_seed
 from simulator.data.datasets import load_dataset
 
@@ -49,10 +51,15 @@ def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
     return EvalData(train_x, train_y, test_x, test_y, data.num_classes, data.train_x[rows], data.train_y[rows])
 
 
-def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping[str, Any]) -> dict[str, float]:
-    """kNN (k, temperature from the scenario) and linear-probe top-1 on backbone features; with
-    labelled samples (semi-supervised runs), also ``labelled_linear_top1``: a probe trained on them
-    alone (Louizos et al. 2024, section 2.2)."""
+ALIGN_UNIFORM_IMAGES = 2000
+
+
+def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, scenario: Mapping[str, Any]) -> dict[str, float]:
+    """kNN (k, temperature from the scenario) and linear-probe top-1 on backbone features; Orchestra's
+    unsupervised score Align + 0.2 Unif (``analysis.align_uniform``) on 2,000 train images without
+    their labels, under the scenario's augmentations; with labelled samples (semi-supervised runs),
+    also ``labelled_linear_top1``: a probe trained on them alone (Louizos et al. 2024, section 2.2)."""
+    eval_cfg = scenario["eval"]
     train_f = extract_features(encoder, data.train_x)
     test_f = extract_features(encoder, data.test_x)
     probe = lambda features, labels: linear_probe_top1(features, labels, test_f, data.test_y, data.num_classes,
@@ -62,6 +69,9 @@ def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, eval_cfg: Mapping
                "linear_top1": probe(train_f, data.train_y)}
     if data.labelled_x is not None:
         metrics["labelled_linear_top1"] = probe(extract_features(encoder, data.labelled_x), data.labelled_y)
+    augment = BatchAugment(AugmentConfig.from_scenario(scenario["augment"]))
+    generator = torch.Generator().manual_seed(derive_seed(scenario["seed"], "align-uniform"))
+    metrics.update(align_uniform_score(encoder, data.train_x[:ALIGN_UNIFORM_IMAGES], augment, generator))
     return metrics
 
 

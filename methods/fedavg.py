@@ -72,12 +72,7 @@ class FedAvg(Method):
         objective_cls = OBJECTIVES[self.config["objective"]]
         self.objective: Objective = objective_cls(self.config, scenario["model"], spec.num_classes)
         self.check_extensions()
-        augment = scenario["augment"]
-        self.augment_config = AugmentConfig(
-            crop_scale=tuple(augment["crop_scale"]), flip_prob=augment["flip_prob"],
-            jitter_prob=augment["jitter_prob"], brightness=augment["brightness"],
-            contrast=augment["contrast"], saturation=augment["saturation"],
-            grayscale_prob=augment["grayscale_prob"])
+        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
 
     def check_extensions(self) -> None:
         if self.config["uv"] and self.objective.num_views != 2:

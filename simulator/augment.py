@@ -31,6 +31,11 @@ class AugmentConfig:
     saturation: float = 0.4  # ignored for 1-channel images
     grayscale_prob: float = 0.0  # ignored for 1-channel images
 
+    @classmethod
+    def from_scenario(cls, section: dict) -> "AugmentConfig":
+        """From a scenario's ``augment`` section (lists become tuples)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in section.items()})
+
 
 def to_float(images_uint8: torch.Tensor) -> torch.Tensor:
     """Convert uint8 images in [0, 255] to float32 in [0, 1]."""

@@ -136,7 +136,7 @@ class EvaluatorActor:
         self.data = load_eval_data(scenario)
 
     def evaluate(self, encoders: dict[str, torch.nn.Module]) -> dict[str, dict[str, float]]:
-        return {label: evaluate_encoder(encoder, self.data, self.scenario["eval"])
+        return {label: evaluate_encoder(encoder, self.data, self.scenario)
                 for label, encoder in encoders.items()}
 
     def memory(self) -> dict[str, float]:

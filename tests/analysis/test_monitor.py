@@ -31,7 +31,8 @@ def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_
     data = load_eval_data(scenario)
     assert len(data.labelled_y) == pytest.approx(0.1 * len(data.train_y), abs=8)  # rounding per client
     encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))
-    metrics = evaluate_encoder(encoder, data, scenario["eval"])
-    assert set(metrics) == {"knn_top1", "linear_top1", "labelled_linear_top1"}
+    metrics = evaluate_encoder(encoder, data, scenario)
+    assert set(metrics) == {"knn_top1", "linear_top1", "labelled_linear_top1", "align", "unif", "align_unif_score"}
+    assert metrics == evaluate_encoder(encoder, data, scenario)  # deterministic
     unlabelled = load_eval_data(resolve(synthetic_raw))
     assert unlabelled.labelled_x is None

@@ -1,0 +1,282 @@
+"""Hetero-SSFL (Makhija, Ho, Ghosh, "Federated Self-supervised Learning for Heterogeneous Clients",
+section 3, Algorithm 1): every client keeps its own model, of its own architecture, trained with
+BYOL or SimSiam plus ``mu`` times a linear-CKA alignment term on the server's Representation
+Alignment Dataset (RAD, :mod:`methods.rad`). The server aggregates kernel matrices on the RAD and
+never averages weights.
+
+In this engine's rounds (t = 1..T, no setup round):
+
+- A sampled client restores its model from the client-state store (the first time: initialises it,
+  seeded by run seed and client id, and receives the RAD, payload kind ``"rad"``, once; it keeps the
+  RAD in its state), trains E local epochs (the local SGD loop of :class:`methods.fedavg.FedAvg`)
+  on ``l_SSL + mu * (1 - CKA(K_k, Kbar(t-1)))`` (:func:`methods.losses.cka.cka_alignment_loss`),
+  the gradient flowing through its predictor outputs on the RAD, and uploads its new kernel.
+- Kernels: ``K = H A A^T H / ||H A A^T H||_F`` with ``A`` the predictor outputs on the whole RAD in
+  eval mode (the paper's choice of representation and linear kernel). Centring and unit Frobenius
+  norm change no client's CKA (invariant to both); they keep a client with large representations
+  from dominating ``Kbar`` and keep uploads in the exact fixed-point range of ``Stats``.
+- Server: ``Kbar = sum_j w_j K_j / sum_j w_j`` over the current kernel of every client that has
+  trained at least once (those not sampled keep their kernel, as their model is unchanged), ``w_j``
+  uniform or ``n_j`` (``kernel_weights``). A client uploads the change of its weighted kernel,
+  ``w_j (K_new - K_old)`` (it keeps its last ``A`` in its state; ``K_old = 0`` the first time), so
+  the server holds one L x L sum, not a kernel per client. Kernels travel as payload kind
+  ``"kernels"``.
+- Device tiers: ``tiers: [{fraction, encoder}, ...]`` (empty: every client has ``model.encoder``),
+  assigned by a seeded permutation of the client ids. Evaluation: each client's own encoder, for the
+  ``eval_clients_per_tier`` most often sampled clients of each tier, labelled ``"<encoder>/client_<id>"``.
+
+Deviations from Algorithm 1: (1) it aggregates the kernels of all N clients, including the
+initial (random) models of clients that have not trained yet; here a client joins ``Kbar`` when it
+first trains, so that in a large population the aggregate is not dominated by untrained models and
+no setup round over all clients is needed (round 1 has no ``Kbar`` and trains local SSL only).
+(2) It computes ``K_i`` on the whole RAD once per local epoch; here each SGD step computes the term
+on a fresh random batch of ``rad_batch_size`` RAD images (CKA against the matching sub-block of
+``Kbar``), so the term's gradient is as fresh as the SSL loss's.
+``mu = 0`` is local-only SSL; the kernels are still shared so that ``train/rad_cka`` (CKA of each
+trained client's kernel with ``Kbar(t-1)``) can be compared between the two.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from analysis.evaluate import extract_features
+from methods.base import ClientUpload
+from methods.fedavg import FedAvg, Workspace
+from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel
+from methods.objectives import project
+from methods.rad import load_rad
+from simulator.augment import BatchAugment, to_float
+from simulator.context import derive_seed
+from simulator.models import ENCODERS, build_encoder
+from simulator.population import Population
+from simulator.stats import Stats
+
+# FedAvg extensions that Hetero-SSFL does not offer (FedAvg's local loop reads them).
+EXTENSIONS_OFF = {"uv": False, "uv_weight": 0.0, "labelled_fraction": 0.0}
+
+
+@dataclass(frozen=True)
+class Tier:
+    encoder: str
+    fraction: float
+
+
+def parse_tiers(tiers: list, default_encoder: str) -> tuple[Tier, ...]:
+    """``method.tiers`` checked: encoders known and distinct, positive fractions summing to 1."""
+    if not tiers:
+        return (Tier(default_encoder, 1.0),)
+    expected = "method.tiers: expected a list of {fraction: number > 0, encoder: one of " + ", ".join(ENCODERS) + "}"
+    parsed = []
+    for tier in tiers:
+        if (not isinstance(tier, dict) or set(tier) != {"fraction", "encoder"} or tier["encoder"] not in ENCODERS
+                or isinstance(tier["fraction"], bool) or not isinstance(tier["fraction"], (int, float))
+                or not tier["fraction"] > 0):
+            raise ValueError(f"{expected}, got {tier!r}")
+        parsed.append(Tier(tier["encoder"], float(tier["fraction"])))
+    if len({t.encoder for t in parsed}) != len(parsed):
+        raise ValueError(f"method.tiers: expected distinct encoders, got {[t.encoder for t in parsed]}")
+    if not math.isclose(sum(t.fraction for t in parsed), 1.0, abs_tol=1e-6):
+        raise ValueError(f"method.tiers: expected fractions summing to 1, got {[t.fraction for t in parsed]}")
+    return tuple(parsed)
+
+
+def assign_tiers(num_clients: int, fractions: list[float], seed: int) -> np.ndarray:
+    """Tier index of each client: the clients in a seeded random order, cut by cumulative fraction."""
+    order = np.random.default_rng(derive_seed(seed, "tiers")).permutation(num_clients)
+    rank = np.empty(num_clients, dtype=np.int64)
+    rank[order] = np.arange(num_clients)
+    tiers = np.searchsorted(np.cumsum(fractions), (rank + 0.5) / num_clients, side="right")
+    return np.minimum(tiers, len(fractions) - 1)
+
+
+def represent(online: nn.ModuleDict, images: torch.Tensor) -> torch.Tensor:
+    """The representation Hetero-SSFL aligns: the online predictor's output."""
+    return online["predictor"](project(online, images))
+
+
+@torch.no_grad()
+def rad_kernel(online: nn.ModuleDict, rad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(representations [L, d] float32, centred unit-norm kernel [L, L] float64) on the RAD, eval mode."""
+    network = nn.Sequential(online["encoder"], online["projector"], online["predictor"])
+    representations = extract_features(network, rad)
+    return representations, normalized_kernel(representations)
+
+
+def normalized_kernel(representations: torch.Tensor) -> torch.Tensor:
+    kernel = center_kernel(linear_kernel(representations.double()))
+    return kernel / kernel.norm().clamp_min(1e-12)
+
+
+@dataclass
+class Alignment:
+    """The alignment term of one client's round: Kbar(t-1) and the RAD, batches drawn from ``generator``."""
+
+    rad: torch.Tensor  # float [L, C, H, W] on the device
+    kernel: torch.Tensor  # Kbar(t-1) [L, L] on the device
+    generator: torch.Generator
+    batch_size: int
+
+    def loss(self, online: nn.ModuleDict) -> torch.Tensor:
+        rows = torch.randperm(len(self.rad), generator=self.generator)[:self.batch_size].to(self.rad.device)
+        return cka_alignment_loss(represent(online, self.rad[rows]), self.kernel[rows][:, rows])
+
+
+class HeteroSSFL(FedAvg):
+    name = "hetero_ssfl"
+    stateful_clients = True
+    params = {
+        "objective": "byol",
+        "target_momentum": 0.99,
+        "mu": 0.5,
+        "rad_size": 1000,
+        "rad_batch_size": 128,
+        "kernel_weights": "uniform",
+        "tiers": [],
+        "eval_clients_per_tier": 2,
+    }
+
+    def __init__(self, scenario, spec):
+        super().__init__(scenario, spec)
+        self.config = {**EXTENSIONS_OFF, **self.config}
+        self.tiers = parse_tiers(self.config["tiers"], scenario["model"]["encoder"])
+        self.client_tier = assign_tiers(len(spec.client_sizes), [t.fraction for t in self.tiers], scenario["seed"])
+        self.alignment: Alignment | None = None  # bound on a per-client copy (see client_update)
+
+    def check_extensions(self) -> None:
+        c = self.config
+        checks = [
+            ("objective", self.objective.name in ("byol", "simsiam"), "byol or simsiam (a predictor to align)"),
+            ("mu", c["mu"] >= 0, "a non-negative number"),
+            ("rad_size", c["rad_size"] >= 2, "an integer >= 2"),
+            ("rad_batch_size", c["rad_batch_size"] >= 2, "an integer >= 2"),
+            ("kernel_weights", c["kernel_weights"] in ("uniform", "samples"), "uniform or samples"),
+            ("eval_clients_per_tier", c["eval_clients_per_tier"] >= 1, "a positive integer"),
+        ]
+        for key, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"method.{key}: expected {expected}, got {c[key]!r}")
+
+    # ---- networks ----------------------------------------------------------------------------
+    def client_networks(self, tier: int, client_id: int) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
+        """The initial networks of a client of tier ``tier`` (seeded by run seed and client id)."""
+        model = self.scenario["model"]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(self.scenario["seed"], client_id, "init"))
+            encoder = build_encoder(self.tiers[tier].encoder, self.spec.channels, self.spec.image_size, model["norm"])
+            online = self.objective.build(encoder)
+        target = None
+        if self.objective.uses_target:
+            target = copy.deepcopy(nn.ModuleDict({k: online[k] for k in ("encoder", "projector")}))
+            target.requires_grad_(False)
+        return online, target
+
+    def restore(self, workspace: Workspace, client_state: Any, client_id: int) -> None:
+        """Write the client's networks (stored, or initial if it never ran) into the workspace."""
+        if client_state is None:
+            source = self.flat_state(*self.client_networks(self.client_tier[client_id], client_id))
+        else:
+            source = client_state["networks"]
+        with torch.no_grad():
+            for name, slot in workspace.slots.items():
+                slot.copy_(source[name])
+
+    def eval_clients(self) -> list[int]:
+        """Per tier, the ``eval_clients_per_tier`` clients that train most often over the run (the
+        cohorts are a function of the seed, see :class:`simulator.population.Population`), lowest
+        ids first among ties."""
+        population = Population(self.scenario["population"], self.scenario["training"]["local_epochs"],
+                                self.spec.client_sizes, self.scenario["seed"])
+        counts = np.zeros(len(self.client_tier), dtype=np.int64)
+        for r in range(1, self.scenario["training"]["rounds"] + 1):
+            counts[list(population.plan(r).completed)] += 1
+        chosen = []
+        for tier in range(len(self.tiers)):
+            members = np.flatnonzero(self.client_tier == tier)
+            ranked = sorted(members.tolist(), key=lambda cid: (-counts[cid], cid))
+            chosen += ranked[:self.config["eval_clients_per_tier"]]
+        return sorted(chosen)
+
+    # ---- server side -------------------------------------------------------------------------
+    def init_state(self):
+        rad = load_rad(self.scenario, self.config["rad_size"])
+        return {"rad": rad, "has_rad": torch.zeros(len(self.spec.client_sizes), dtype=torch.bool),
+                "kernel_sum": torch.zeros(len(rad), len(rad), dtype=torch.float64), "kernel_weight": 0.0}
+
+    def broadcast(self, state, ctx):
+        if state["kernel_weight"] == 0:
+            return {}
+        return {"kernels": (state["kernel_sum"] / state["kernel_weight"]).float()}
+
+    def client_extra(self, state, client_id, ctx):
+        return None if state["has_rad"][client_id] else {"rad": state["rad"]}
+
+    def server_update(self, state, total, records, ctx):
+        has_rad = state["has_rad"].clone()
+        has_rad[list(ctx.cohort)] = True
+        state = {**state, "has_rad": has_rad}
+        if total is None:
+            return state, {}
+        sums = total.total()
+        return {**state, "kernel_sum": state["kernel_sum"] + sums["kernels/rad"],
+                "kernel_weight": state["kernel_weight"] + sums["kernels/weight"].item()}, {}
+
+    def eval_encoders(self, state, load_client_state):
+        encoders = {}
+        for cid in self.eval_clients():
+            tier = self.client_tier[cid]
+            online, _ = self.client_networks(tier, cid)
+            stored = load_client_state(cid)
+            if stored is not None:
+                online.load_state_dict({k[len("online."):]: v for k, v in stored["networks"].items()
+                                        if k.startswith("online.")})
+            encoders[f"{self.tiers[tier].encoder}/client_{cid}"] = online["encoder"]
+        return encoders
+
+    # ---- client side -------------------------------------------------------------------------
+    def make_workspace(self, device):
+        """One preallocated set of networks per tier (any initial values: restored before use)."""
+        augment = BatchAugment(self.augment_config)
+        spaces = []
+        for tier in range(len(self.tiers)):
+            online, target = self.client_networks(tier, -1)
+            online.to(device)
+            if target is not None:
+                target.to(device)
+            spaces.append(Workspace(online, target, self.flat_state(online, target), augment, device, None))
+        return spaces
+
+    def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
+        cid = data.client_id
+        space = workspace[self.client_tier[cid]]
+        self.restore(space, client_state, cid)
+        rad = extra["rad"] if client_state is None else client_state["rad"]
+        aggregate = broadcast.get("kernels")
+        trainer = self
+        if self.config["mu"] > 0 and aggregate is not None:
+            trainer = copy.copy(self)  # the same method, with this client's alignment term bound
+            trainer.alignment = Alignment(to_float(rad.to(space.device)), aggregate.to(space.device),
+                                          ctx.client_generator(cid, "rad"), self.config["rad_batch_size"])
+        metrics = {"loss": trainer.train_locally(space, data, ctx)}
+        representations, kernel = rad_kernel(space.online, rad)
+        if aggregate is not None:
+            metrics["rad_cka"] = linear_cka(kernel, aggregate.double()).item()
+        first = client_state is None
+        change = kernel if first else kernel - normalized_kernel(client_state["rad_representations"])
+        weight = len(data.labels) if self.config["kernel_weights"] == "samples" else 1
+        upload = Stats.from_tensors({"kernels/rad": change, "kernels/weight": torch.tensor([float(first)])}, weight)
+        state = {"networks": {k: v.detach().cpu().clone() for k, v in space.slots.items()},
+                 "rad": rad, "rad_representations": representations}
+        return ClientUpload(stats=upload, metrics=metrics, client_state=state)
+
+    def batch_loss(self, workspace, views, labels, labelled):
+        loss = super().batch_loss(workspace, views, labels, labelled)
+        if self.alignment is None:
+            return loss
+        return loss + self.config["mu"] * self.alignment.loss(workspace.online)

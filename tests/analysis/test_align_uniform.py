@@ -1,0 +1,52 @@
+"""Alignment and uniformity of Orchestra's section 5 (Eq. 5)."""
+import math
+
+import pytest
+import torch
+
+from analysis.align_uniform import align_uniform_score, alignment_uniformity
+from simulator.augment import AugmentConfig, BatchAugment
+from simulator.models import build_encoder
+
+
+def test_matches_hand_computation():
+    features = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    augmented = torch.tensor([[1.0, 1.0], [0.0, -1.0]])  # cosines 1/sqrt2 and -1
+    align = (1 / math.sqrt(2) - 1) / 2
+    # s(x, y): 1 with itself, 0 with the other sample; tau = 0.2
+    unif = -math.log((math.exp(5) + 1) / 2)
+    out = alignment_uniformity(features, augmented, tau=0.2)
+    assert out["align"] == pytest.approx(align, rel=1e-9)
+    assert out["unif"] == pytest.approx(unif, rel=1e-9)
+    assert out["align_unif_score"] == pytest.approx(align + 0.2 * unif, rel=1e-9)
+
+
+def test_collapse_scores_below_spread_representations():
+    spread = torch.eye(8)
+    collapsed = torch.ones(8, 8)
+    # a collapsed representation aligns perfectly but has the worst uniformity, -1 / tau
+    out_collapsed = alignment_uniformity(collapsed, collapsed)
+    assert out_collapsed["align"] == pytest.approx(1.0)
+    assert out_collapsed["unif"] == pytest.approx(-5.0)
+    assert alignment_uniformity(spread, spread)["align_unif_score"] > out_collapsed["align_unif_score"]
+
+
+def test_chunking_does_not_change_the_result():
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(50, 6, generator=generator), torch.randn(50, 6, generator=generator)
+    whole, chunked = alignment_uniformity(a, b), alignment_uniformity(a, b, chunk=7)
+    assert whole["unif"] == pytest.approx(chunked["unif"], rel=1e-12)
+
+
+def test_score_of_an_encoder():
+    torch.manual_seed(0)
+    encoder = build_encoder("small_cnn", 1, 28)
+    images = torch.randint(0, 256, (12, 1, 28, 28), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    identity = BatchAugment(AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0,
+                                          jitter_prob=0.0))
+    same = align_uniform_score(encoder, images, identity, torch.Generator().manual_seed(2), batch_size=5)
+    assert same["align"] == pytest.approx(1.0, abs=1e-5)
+    encoder.train()
+    augmented = align_uniform_score(encoder, images, BatchAugment(AugmentConfig()), torch.Generator().manual_seed(2))
+    assert augmented["align"] < same["align"] and augmented["unif"] == pytest.approx(same["unif"])
+    assert encoder.training  # mode restored

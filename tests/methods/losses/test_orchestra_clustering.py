@@ -1,0 +1,45 @@
+import math
+
+import pytest
+import torch
+
+from methods.losses.orchestra_clustering import orchestra_clustering_loss
+
+
+def softmax(values: list[float]) -> list[float]:
+    exps = [math.exp(v) for v in values]
+    return [e / sum(exps) for e in exps]
+
+
+def test_matches_hand_computation():
+    # centroids e1, e2; temperature 0.5
+    centroids = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    target = torch.tensor([[2.0, 0.0], [0.0, 3.0]])  # cosines (1, 0) and (0, 1)
+    online = torch.tensor([[1.0, 1.0], [-1.0, 0.0]])  # cosines (1/sqrt2, 1/sqrt2) and (-1, 0)
+    p_t = [softmax([2.0, 0.0]), softmax([0.0, 2.0])]
+    p_o = [softmax([2 / math.sqrt(2), 2 / math.sqrt(2)]), softmax([-2.0, 0.0])]
+    expected = -sum(pt[g] * math.log(po[g]) for pt, po in zip(p_t, p_o) for g in range(2)) / 2
+    loss = orchestra_clustering_loss(online, target, centroids, 0.5)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_no_gradient_reaches_target_or_centroids():
+    generator = torch.Generator().manual_seed(0)
+    online = torch.randn(6, 4, generator=generator, requires_grad=True)
+    target = torch.randn(6, 4, generator=generator, requires_grad=True)
+    centroids = torch.randn(3, 4, generator=generator, requires_grad=True)
+    orchestra_clustering_loss(online, target, centroids, 0.1).backward()
+    assert online.grad is not None and online.grad.abs().sum() > 0
+    assert target.grad is None and centroids.grad is None
+
+
+def test_gradient_moves_online_assignment_towards_target():
+    centroids = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    target = torch.tensor([[1.0, 0.0]])
+    online = torch.tensor([[0.6, 0.8]], requires_grad=True)
+    before = orchestra_clustering_loss(online, target, centroids, 0.1)
+    before.backward()
+    with torch.no_grad():
+        stepped = online - 0.01 * online.grad
+    assert orchestra_clustering_loss(stepped, target, centroids, 0.1) < before
+    assert stepped[0, 0] / stepped.norm() > 0.6  # closer to the target's centroid e1
