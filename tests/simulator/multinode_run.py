@@ -36,6 +36,9 @@ def main() -> None:
     if lose_after is not None:
         threading.Thread(target=lose_node, daemon=True).start()
     _, summary = run_scenario(load_scenario(scenario_file), str(run_dir), progress=False)
+    deadline = time.time() + 60  # the GCS notices a dead node after its health checks fail
+    while lose_after is not None and sum(n["Alive"] for n in ray.nodes()) > 2 and time.time() < deadline:
+        time.sleep(0.5)
     print(json.dumps({"nodes": len(ray.nodes()), "alive_nodes": sum(n["Alive"] for n in ray.nodes()),
                       **{k: summary[k] for k in ("worker_restarts", "worker_nodes", "final")}}))
     ray.shutdown()
