@@ -22,8 +22,6 @@ import math
 
 import numpy as np
 import torch
-from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
-from opacus.accountants.utils import get_noise_multiplier
 
 # RDP orders a: a - 1 on a geometric grid from 1e-3 to 1e6 (ratio ~1.02 between neighbours).
 ORDERS = [float(a) for a in 1 + np.geomspace(1e-3, 1e6, 1000)]
@@ -48,6 +46,7 @@ def add_gaussian_noise(matrix: torch.Tensor, sigma: float, generator: torch.Gene
 
 def rdp_epsilon(noise_multiplier: float, shares: int, delta: float) -> float:
     """Epsilon after ``shares`` Gaussian releases with ``noise_multiplier`` (Opacus RDP accountant)."""
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent  # lazy: opacus takes ~1 s to import
     if shares == 0:
         return 0.0
     rdp = compute_rdp(q=1.0, noise_multiplier=noise_multiplier, steps=shares, orders=ORDERS)
@@ -64,5 +63,6 @@ def closed_form_epsilon(noise_multiplier: float, shares: int, delta: float) -> f
 def noise_multiplier_for(target_epsilon: float, delta: float, shares: int) -> float:
     """The smallest noise multiplier (to Opacus's 0.01 tolerance in epsilon) whose ``shares``
     releases stay within ``(target_epsilon, delta)``."""
+    from opacus.accountants.utils import get_noise_multiplier  # lazy: opacus takes ~1 s to import
     return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=1.0,
                                       steps=shares, accountant="rdp", alphas=ORDERS))

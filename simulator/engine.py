@@ -77,6 +77,7 @@ class WorkerActor:
         if self.store is not None:
             ray.get(self.store.put.remote({cid: dumps(s) for cid, s in result.client_states.items()}))
             result.client_states = {}
+        result.rss_mb = memory_mb()["rss_mb"]
         return len(client_ids), result
 
     def pid(self) -> int:

@@ -53,6 +53,7 @@ class WorkerResult:
     bytes_up: Counter = field(default_factory=Counter)
     client_states: dict[int, Any] = field(default_factory=dict)
     samples: int = 0
+    rss_mb: float = 0.0  # the worker's resident memory after its share (set by the engine)
 
 
 def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dict[str, Any],
@@ -117,6 +118,7 @@ class Server:
         for kind, value in bytes_up.items():
             metrics[f"bytes_up/{kind}"] = float(value)
         metrics["clients/completed"] = float(len(client_metrics))
+        metrics["memory/workers_rss_mb"] = float(sum(r.rss_mb for r in results))
         metrics["train/samples"] = float(sum(r.samples for r in results) * ctx.hparams["training"]["local_epochs"])
         return metrics
 

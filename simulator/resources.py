@@ -14,3 +14,16 @@ def memory_mb() -> dict[str, float]:
     except OSError:
         pass
     return values
+
+
+def process_start_time() -> float | None:
+    """When this process was launched (Unix time, from /proc), or None where /proc is missing."""
+    try:
+        with open("/proc/self/stat") as stat:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as system:
+            boot = next(int(line.split()[1]) for line in system if line.startswith("btime"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    import os
+    return boot + start_ticks / os.sysconf("SC_CLK_TCK")

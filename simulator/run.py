@@ -19,6 +19,7 @@ from simulator.data.datasets import load_dataset
 from simulator.data.partition import Partition, make_partition
 from simulator.data.store import PartitionReader, cached_partition_dir, write_partition
 from simulator.population import Population
+from simulator.resources import memory_mb, process_start_time
 from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
                               write_summary)
 
@@ -150,6 +151,7 @@ class RunLoop:
         self.start = start - self.elapsed_before
         self.evals: dict[int, dict[str, float]] = resumed.get("evals", {})
         self.time_to_round1 = resumed.get("time_to_round1")
+        self.launch_to_round1 = resumed.get("launch_to_round1")
         self.next_round = resumed["round"] + 1 if resumed else (
             0 if METHODS[scenario["method"]["name"]].has_setup_round else 1)
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
@@ -168,7 +170,8 @@ class RunLoop:
         self.collect_evals(wait=True)
         write_checkpoint(self.run_dir, round_index, {
             "state": self.federation.state(), "rows": self.log.rows, "evals": self.evals,
-            "time_to_round1": self.time_to_round1, "elapsed": time.time() - self.start},
+            "time_to_round1": self.time_to_round1, "launch_to_round1": self.launch_to_round1,
+            "elapsed": time.time() - self.start},
             self.client_state_dir)
 
     def run(self, progress: bool) -> dict:
@@ -184,10 +187,13 @@ class RunLoop:
             plan = population.plan(r)
             began = time.time()
             metrics = federation.run_round(RoundContext(r, rounds, plan.completed, seed, hparams))
-            metrics.update({"time/round_seconds": time.time() - began, **plan.counts()})
+            metrics.update({"time/round_seconds": time.time() - began, **plan.counts(),
+                            "memory/driver_rss_mb": memory_mb()["rss_mb"]})
             self.log.log(r, metrics)
             if r == 1:
                 self.time_to_round1 = time.time() - self.start
+                launched = process_start_time()
+                self.launch_to_round1 = time.time() - launched if launched and not self.elapsed_before else None
             if self.initial_encoders is not None and r >= 1:
                 self.pending[0] = federation.submit_eval(self.initial_encoders)
                 self.initial_encoders = None
@@ -204,6 +210,7 @@ class RunLoop:
                    "initial": self.evals.get(0), "final": self.evals[max(self.evals)] if self.evals else None,
                    "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
                    "seconds_to_end_of_round_1": self.time_to_round1,
+                   "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,
                    "worker_restarts": federation.worker_restarts, "worker_nodes": federation.worker_nodes(),
                    "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
         # a method's server metrics named "summary/<key>" land in the summary (the latest value)

@@ -7,7 +7,7 @@ import pytest
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 
-TIMING = ("time/", "wall")
+MACHINE_DEPENDENT = ("time/", "memory/")
 
 
 def run(raw, tmp_path, name, **overrides):
@@ -15,7 +15,7 @@ def run(raw, tmp_path, name, **overrides):
     run_dir, summary = run_scenario(resolve(raw), str(tmp_path / name), progress=False)
     table = pq.read_table(run_dir / "metrics.parquet").to_pylist()
     metrics = {(row["round"], row["name"]): row["value"] for row in table
-               if not row["name"].startswith(TIMING)}
+               if not row["name"].startswith(MACHINE_DEPENDENT)}
     return run_dir, summary, metrics
 
 
@@ -44,7 +44,11 @@ def test_run_directory_holds_scenario_metrics_summary_checkpoint(ray_session, sy
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round_00002"]
     assert (run_dir / "checkpoints" / "round_00002" / "state.pt").exists()
     assert on_disk["steady_samples_per_second"] > 0 and on_disk["peak_memory_mb"]["workers"] > 0
+    assert on_disk["seconds_from_launch_to_end_of_round_1"] > on_disk["seconds_to_end_of_round_1"] > 0
     assert metrics[(1, "train/samples")] > 0
+    memory = {(r["round"], r["name"]): r["value"] for r in pq.read_table(run_dir / "metrics.parquet").to_pylist()
+              if r["name"].startswith("memory/")}
+    assert memory[(2, "memory/workers_rss_mb")] > 0 and memory[(2, "memory/driver_rss_mb")] > 0
     assert not list(run_dir.rglob(".*.tmp-*"))
 
 
