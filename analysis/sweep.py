@@ -19,7 +19,7 @@ from simulator.scenario import ScenarioError, load_scenario
 MEASURES = {
     "seconds_per_round": "wall time per round (s, steady state)",
     "samples_per_second": "throughput (samples/s, steady state)",
-    "driver_peak_mb": "driver peak memory (MiB)",
+    "driver_peak_mb": "driver peak memory over the rounds (MiB)",
     "workers_peak_mb": "workers peak memory, all together (MiB)",
     "bytes_per_round": "bytes per round (up + down)",
     "final_knn_top1": "final kNN top-1",
@@ -45,7 +45,7 @@ def row_of(overrides: list[str], scenario: dict[str, Any], summary: dict[str, An
     row.update({
         "seconds_per_round": summary["steady_seconds_per_round"],
         "samples_per_second": summary["steady_samples_per_second"],
-        "driver_peak_mb": summary["peak_memory_mb"]["driver"],
+        "driver_peak_mb": summary["driver_rss_mb_max"],
         "workers_peak_mb": summary["peak_memory_mb"]["workers"],
         "bytes_per_round": summary["bytes_per_round"],
         "final_knn_top1": final.get("knn_top1"), "final_linear_top1": final.get("linear_top1"),

@@ -115,10 +115,14 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
 
 
 def traffic_and_speed(rows: list[tuple[int, str, float, float]]) -> dict[str, float]:
-    """Bytes up/down (total and per round) and steady-state speed (rounds after the first)."""
+    """Bytes up/down (total and per round), steady-state speed (rounds after the first), and the
+    driver's largest resident memory over the rounds (its peak counts this run only, unlike VmHWM
+    when one driver runs several scenarios, as in a sweep)."""
     totals: dict[str, float] = {"bytes_up": 0.0, "bytes_down": 0.0}
-    seconds, samples, rounds = 0.0, 0.0, set()
+    seconds, samples, rounds, driver_rss = 0.0, 0.0, set(), 0.0
     for round_index, name, value, _ in rows:
+        if name == "memory/driver_rss_mb":
+            driver_rss = max(driver_rss, value)
         direction = name.split("/", 1)[0]
         if direction in totals:
             totals[direction] += value
@@ -130,7 +134,8 @@ def traffic_and_speed(rows: list[tuple[int, str, float, float]]) -> dict[str, fl
     all_rounds = max(1, len({r for r, n, _, _ in rows if n == "time/round_seconds" and r >= 1}))
     return {**totals, "bytes_per_round": (totals["bytes_up"] + totals["bytes_down"]) / all_rounds,
             "steady_seconds_per_round": seconds / len(rounds) if rounds else None,
-            "steady_samples_per_second": samples / seconds if seconds else None}
+            "steady_samples_per_second": samples / seconds if seconds else None,
+            "driver_rss_mb_max": driver_rss}
 
 
 class RunLoop:
