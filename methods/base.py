@@ -129,6 +129,11 @@ class Method:
         store (``None`` for a client that never ran)."""
         return {"global": self.eval_encoder(state)}
 
+    def client_pool(self, client_id: int) -> str | None:
+        """The worker pool (``ray.worker_pools`` name) that should simulate this client, e.g. the
+        pool with the bigger GPU share for clients with the bigger model; None: the first pool."""
+        return None
+
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device: torch.device) -> Any:
         """Preallocated models and buffers a worker reuses for every client it simulates."""

@@ -149,6 +149,10 @@ class HeteroSSFL(FedAvg):
         self.client_tier = assign_tiers(len(spec.client_sizes), [t.fraction for t in self.tiers], scenario["seed"])
         self.alignment: Alignment | None = None  # bound on a per-client copy (see client_update)
 
+    def client_pool(self, client_id: int) -> str:
+        """Clients run in the worker pool named after their tier's encoder (e.g. ``large_cnn``)."""
+        return self.tiers[self.client_tier[client_id]].encoder
+
     def check_extensions(self) -> None:
         c = self.config
         checks = [

@@ -21,7 +21,7 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader
-from simulator.federation import Server, WorkerResult, simulate_clients, split_cohort
+from simulator.federation import Server, WorkerResult, route_cohort, simulate_clients
 from simulator.resources import memory_mb
 
 
@@ -50,9 +50,9 @@ def worker_device(num_gpus: float) -> torch.device:
 class WorkerActor:
     """Simulates clients one after another in one preallocated workspace; holds no client state."""
 
-    def __init__(self, scenario: dict):
-        self.scenario = scenario
-        torch.set_num_threads(max(1, int(scenario["ray"]["worker"]["num_cpus"])))
+    def __init__(self, scenario: dict, pool: dict):
+        self.scenario, self.pool = scenario, pool
+        torch.set_num_threads(max(1, int(pool["num_cpus"])))
 
     def setup(self, spec: DataSpec, partition_dir: str, store: "ray.actor.ActorHandle | None") -> None:
         if not os.path.exists(os.path.join(partition_dir, "meta.json")):
@@ -60,7 +60,7 @@ class WorkerActor:
             from simulator.run import prepare_partition
             partition_dir = str(prepare_partition(self.scenario))
         self.method = build_method(self.scenario, spec)
-        self.workspace = self.method.make_workspace(worker_device(self.scenario["ray"]["worker"]["num_gpus"]))
+        self.workspace = self.method.make_workspace(worker_device(self.pool["num_gpus"]))
         self.reader = PartitionReader(partition_dir)
         self.store = store
 
@@ -147,6 +147,14 @@ class EvaluatorActor:
 StoreActor = ray.remote(ClientStateStore)
 
 
+def worker_pools(scenario: dict) -> dict[str, dict]:
+    """``ray.worker_pools`` by name, or one pool of ``ray.num_workers`` workers like ``ray.worker``."""
+    if scenario["ray"]["worker_pools"]:
+        return {pool["name"]: pool for pool in scenario["ray"]["worker_pools"]}
+    worker = scenario["ray"]["worker"]
+    return {"default": {"name": "default", "count": scenario["ray"]["num_workers"], **worker}}
+
+
 class RayFederation:
     """Actors of one run and the round protocol between them.
 
@@ -162,18 +170,21 @@ class RayFederation:
         self.on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.server = ServerActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(scenario)
         self.evaluator = None  # created at the first evaluation, so it does not slow the start
-        self.workers = [self.new_worker() for _ in range(scenario["ray"]["num_workers"])]
+        self.pools = worker_pools(scenario)
+        self.worker_pool = [name for name, pool in self.pools.items() for _ in range(pool["count"])]
+        self.workers = [self.new_worker(name) for name in self.worker_pool]
         self.store = None
         self.worker_restarts = 0
 
-    def new_worker(self) -> "ray.actor.ActorHandle":
-        worker = self.scenario["ray"]["worker"]
-        return WorkerActor.options(num_cpus=worker["num_cpus"], num_gpus=worker["num_gpus"],
-                                   scheduling_strategy="SPREAD").remote(self.scenario)
+    def new_worker(self, pool: str) -> "ray.actor.ActorHandle":
+        resources = self.pools[pool]
+        return WorkerActor.options(num_cpus=resources["num_cpus"], num_gpus=resources["num_gpus"],
+                                   scheduling_strategy="SPREAD").remote(self.scenario, resources)
 
     def setup(self, spec: DataSpec, partition_dir: str, client_state_dir: str | None) -> None:
         """``client_state_dir``: where the store of a method with stateful clients keeps them."""
         self.spec, self.partition_dir = spec, partition_dir
+        self.client_pool = build_method(self.scenario, spec).client_pool
         if client_state_dir is not None:
             self.store = StoreActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(client_state_dir)
         self.server.setup.remote(spec, self.store)
@@ -182,7 +193,7 @@ class RayFederation:
 
     def replace_worker(self, index: int) -> None:
         """A dead worker's replacement (on any node with room); its share is simulated again."""
-        self.workers[index] = self.new_worker()
+        self.workers[index] = self.new_worker(self.worker_pool[index])
         self.workers[index].setup.remote(self.spec, self.partition_dir, self.store)
         self.worker_restarts += 1
 
@@ -192,11 +203,15 @@ class RayFederation:
         A share whose worker dies (killed process, out of memory, lost node) is simulated again on
         a new worker; client randomness and exact sums make the result the same as without fault.
         """
-        shares = split_cohort(ctx.cohort, self.spec.client_sizes, len(self.workers))
-        if not shares:
+        in_pool = {name: [i for i, p in enumerate(self.worker_pool) if p == name] for name in self.pools}
+        routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.client_pool,
+                              {name: len(members) for name, members in in_pool.items()})
+        if not routes:
             return {"clients/completed": 0.0}
+        shares = [share for _, _, share in routes]
+        worker_of = [in_pool[pool][slot] for pool, slot, _ in routes]
         broadcast, bytes_down, *extras = self.server.payload.options(num_returns=len(shares) + 2).remote(ctx, shares)
-        submit = lambda i: self.workers[i].run.remote(broadcast, extras[i], shares[i], ctx)
+        submit = lambda i: self.workers[worker_of[i]].run.remote(broadcast, extras[i], shares[i], ctx)
         submitted = [submit(i) for i in range(len(shares))]
         for attempt in range(self.MAX_WORKER_RESTARTS_PER_ROUND + 1):
             failed = []
@@ -214,7 +229,7 @@ class RayFederation:
             if attempt == self.MAX_WORKER_RESTARTS_PER_ROUND:
                 raise RuntimeError(f"round {ctx.round}: workers kept dying; giving up after {attempt} restarts")
             for i in failed:
-                self.replace_worker(i)
+                self.replace_worker(worker_of[i])
                 submitted[i] = submit(i)
         return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
 

@@ -43,6 +43,20 @@ def split_cohort(cohort: tuple[int, ...], sizes: np.ndarray, num_workers: int) -
     return [sorted(share) for share in shares if share]
 
 
+def route_cohort(cohort: tuple[int, ...], sizes, pool_of_client, pool_sizes: dict[str, int]
+                 ) -> list[tuple[str, int, list[int]]]:
+    """(pool, worker slot in the pool, share) for each non-empty share: every client goes to the
+    pool ``pool_of_client(cid)`` names (the first pool when it names none or an unknown one) and each
+    pool's clients are balanced over its workers. Exact sums make the routing invisible in results."""
+    first = next(iter(pool_sizes))
+    by_pool: dict[str, list[int]] = {name: [] for name in pool_sizes}
+    for cid in cohort:
+        pool = pool_of_client(cid)
+        by_pool[pool if pool in pool_sizes else first].append(cid)
+    return [(pool, slot, share) for pool, members in by_pool.items()
+            for slot, share in enumerate(split_cohort(tuple(members), sizes, pool_sizes[pool]))]
+
+
 @dataclass
 class WorkerResult:
     """What a worker sends back for its share: the sum of its clients' uploads and their records."""

@@ -33,7 +33,8 @@ DEFAULTS: dict[str, Any] = {
                 "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0},
     "eval": {"enabled": True, "every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
              "train_subset": None, "test_subset": None},
-    "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0}},
+    "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0},
+            "worker_pools": []},
     "output": {"dir": "runs", "checkpoint_every": 10},
 }
 
@@ -215,10 +216,33 @@ def check_values(scenario: dict, source: str) -> None:
         raise ScenarioError(source, "population.clients_per_round",
                             f"expected at most population.num_clients ({population['num_clients']}), "
                             f"got {population['clients_per_round']}")
-    gpus = scenario["ray"]["worker"]["num_gpus"]
-    if gpus > 1 and not float(gpus).is_integer():
-        raise ScenarioError(source, "ray.worker.num_gpus",
-                            f"expected a fraction <= 1 or a whole number of GPUs, got {gpus!r}")
+    check_gpus(scenario["ray"]["worker"]["num_gpus"], "ray.worker.num_gpus", source)
+    check_pools(scenario["ray"]["worker_pools"], source)
     crop = scenario["augment"]["crop_scale"]
     if len(crop) != 2 or not 0 < crop[0] <= crop[1] <= 1:
         raise ScenarioError(source, "augment.crop_scale", f"expected [min, max] with 0 < min <= max <= 1, got {crop!r}")
+
+
+def check_gpus(gpus: float, key: str, source: str) -> None:
+    if gpus > 1 and not float(gpus).is_integer():
+        raise ScenarioError(source, key, f"expected a fraction <= 1 or a whole number of GPUs, got {gpus!r}")
+
+
+def check_pools(pools: list, source: str) -> None:
+    """``ray.worker_pools``: [{name, count, num_cpus, num_gpus}] (empty: one pool of
+    ``ray.num_workers`` workers with ``ray.worker``'s resources)."""
+    expected = "expected a list of {name, count, num_cpus, num_gpus}"
+    names = set()
+    for i, pool in enumerate(pools):
+        key = f"ray.worker_pools[{i}]"
+        if not isinstance(pool, dict) or set(pool) != {"name", "count", "num_cpus", "num_gpus"}:
+            raise ScenarioError(source, key, f"{expected}, got {pool!r}")
+        if not isinstance(pool["name"], str) or pool["name"] in names:
+            raise ScenarioError(source, f"{key}.name", f"expected a distinct string, got {pool['name']!r}")
+        names.add(pool["name"])
+        if not isinstance(pool["count"], int) or isinstance(pool["count"], bool) or pool["count"] < 1:
+            raise ScenarioError(source, f"{key}.count", f"expected a positive integer, got {pool['count']!r}")
+        for field in ("num_cpus", "num_gpus"):
+            if not isinstance(pool[field], (int, float)) or isinstance(pool[field], bool) or pool[field] < 0:
+                raise ScenarioError(source, f"{key}.{field}", f"expected a non-negative number, got {pool[field]!r}")
+        check_gpus(pool["num_gpus"], f"{key}.num_gpus", source)

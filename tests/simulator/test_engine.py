@@ -64,3 +64,18 @@ def test_tensorboard_events_read_back(ray_session, synthetic_raw, tmp_path):
     losses = {e.step: e.value for e in events.Scalars("train/loss")}
     assert losses == pytest.approx({r: v for (r, n), v in metrics.items() if n == "train/loss"})
     assert sorted(e.step for e in events.Scalars("eval/knn_top1")) == [0, 1, 2]
+
+
+def test_tier_pools_with_their_own_resources_give_the_single_pool_result(ray_session, synthetic_raw, tmp_path):
+    """Hetero-SSFL's large_cnn clients run in their own pool of workers: results do not change."""
+    raw = {**synthetic_raw,
+           "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8, "eval_clients_per_tier": 1,
+                      "tiers": [{"fraction": 0.5, "encoder": "small_cnn"}, {"fraction": 0.5, "encoder": "large_cnn"}]},
+           "training": {**synthetic_raw["training"], "batch_size": 16},
+           "eval": {**synthetic_raw["eval"], "every": 2, "test_subset": 300}}
+    _, one_pool, m1 = run(raw, tmp_path, "one-pool")
+    pools = [{"name": "small_cnn", "count": 1, "num_cpus": 1, "num_gpus": 0},
+             {"name": "large_cnn", "count": 2, "num_cpus": 1, "num_gpus": 0}]
+    _, tiered, m2 = run(raw, tmp_path, "tier-pools", worker_pools=pools)
+    assert m1 == m2 and one_pool["final"] == tiered["final"]
+    assert (2, "eval/large_cnn/linear_top1_mean") in m1

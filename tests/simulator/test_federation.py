@@ -6,7 +6,7 @@ from methods import build_method
 from methods.base import DataSpec
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
-from simulator.federation import Server, sample_cohort, simulate_clients, split_cohort
+from simulator.federation import Server, route_cohort, sample_cohort, simulate_clients, split_cohort
 from simulator.scenario import resolve
 
 
@@ -61,3 +61,12 @@ def test_same_reduction_with_one_or_several_workers(synthetic_raw):
         assert torch.equal(one[name], two[name]) and torch.equal(one[name], four[name])
     assert m1 == m2 == m4
     assert m1["clients/completed"] == 4 and m1["bytes_up/weights"] > 0
+
+
+def test_clients_are_routed_to_their_pool_and_balanced_within_it():
+    sizes = np.array([10] * 8)
+    pool_of = {0: "big", 1: "big", 2: "big", 5: "nowhere"}.get  # unknown or none -> the first pool
+    routes = route_cohort((0, 1, 2, 3, 4, 5), sizes, pool_of, {"small": 1, "big": 2})
+    assert ("small", 0, [3, 4, 5]) in routes
+    big = [share for pool, _, share in routes if pool == "big"]
+    assert sorted(c for share in big for c in share) == [0, 1, 2] and len(big) == 2

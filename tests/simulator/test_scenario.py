@@ -37,6 +37,12 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"population": {"dropout": 1.5}}, "population.dropout", "probability"),
     ({"augment": {"crop_scale": [0.9, 0.2]}}, "augment.crop_scale", "0 < min <= max <= 1"),
     ({"dataset": "fashion_mnist"}, "dataset", "expected a mapping"),
+    ({"ray": {"worker_pools": [{"name": "big", "count": 1}]}}, "ray.worker_pools[0]",
+     "expected a list of {name, count, num_cpus, num_gpus}"),
+    ({"ray": {"worker_pools": [{"name": "big", "count": 0, "num_cpus": 1, "num_gpus": 0}]}},
+     "ray.worker_pools[0].count", "expected a positive integer"),
+    ({"ray": {"worker_pools": [{"name": "big", "count": 1, "num_cpus": 1, "num_gpus": 1.5}]}},
+     "ray.worker_pools[0].num_gpus", "whole number of GPUs"),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, raw, key, expected):
     path = write(tmp_path, raw)
