@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn

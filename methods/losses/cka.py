@@ -1,6 +1,5 @@
 """Linear centred kernel alignment (CKA) and the Hetero-SSFL alignment loss built on it."""
 
-import torch
 from torch import Tensor
 
 EPS = 1e-12
