@@ -68,6 +68,9 @@ class FedAvg(Method):
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
+        # a subclass that does not offer some of FedAvg's keys (UV, labelled fraction...) gets
+        # their defaults, which leave those features off
+        self.config = {**FedAvg.params, **self.config}
         objective_cls = OBJECTIVES[self.config["objective"]]
         self.objective: Objective = objective_cls(self.config, scenario["model"], spec.num_classes)
         self.check_extensions()

@@ -58,10 +58,6 @@ from simulator.models import ENCODERS, build_encoder
 from simulator.population import Population
 from simulator.stats import Stats
 
-# FedAvg extensions that Hetero-SSFL does not offer (FedAvg's local loop reads them).
-EXTENSIONS_OFF = {"uv": False, "uv_weight": 0.0, "labelled_fraction": 0.0}
-
-
 @dataclass(frozen=True)
 class Tier:
     encoder: str
@@ -144,7 +140,6 @@ class HeteroSSFL(FedAvg):
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
-        self.config = {**EXTENSIONS_OFF, **self.config}
         self.tiers = parse_tiers(self.config["tiers"], scenario["model"]["encoder"])
         self.client_tier = assign_tiers(len(spec.client_sizes), [t.fraction for t in self.tiers], scenario["seed"])
         self.alignment: Alignment | None = None  # bound on a per-client copy (see client_update)

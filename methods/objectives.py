@@ -52,11 +52,6 @@ class Objective:
         """The objective's loss on the batch rows ``rows`` (all rows when ``None``)."""
         raise NotImplementedError
 
-    def loss(self, online: nn.ModuleDict, target: nn.ModuleDict | None,
-             views: list[Tensor], labels: Tensor) -> Tensor:
-        """The objective's loss on the whole batch."""
-        return self.rows_loss(self.embed(online, target, views), labels)
-
 
 def take(tensors: list[Tensor], rows: Tensor | None) -> list[Tensor]:
     """The rows ``rows`` of each tensor (all of them when ``None``)."""

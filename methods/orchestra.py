@@ -103,7 +103,7 @@ class Orchestra(FedAvg):
     def __init__(self, scenario, spec):
         # FedAvg's own options (its objective, UV head, labelled fraction) keep their defaults, off;
         # the objective's networks are replaced by Orchestra's below.
-        super().__init__({**scenario, "method": {**FedAvg.params, **scenario["method"]}}, spec)
+        super().__init__(scenario, spec)
         for key in ("num_global_clusters", "num_local_clusters", "memory_size", "clustering_iterations"):
             if self.config[key] < 1:
                 raise ValueError(f"method.{key}: expected a positive integer, got {self.config[key]!r}")
