@@ -56,6 +56,7 @@ class FedAvg(Method):
     params = {
         "objective": "simclr",
         "temperature": 0.5,
+        "clip_mu": 0.0,  # spectral objective: projections clipped to norm sqrt(clip_mu); 0 = unclipped
         "target_momentum": 0.99,
         "server_optimizer": "avg",
         "server_lr": 1.0,
@@ -79,6 +80,8 @@ class FedAvg(Method):
     def check_extensions(self) -> None:
         if self.config["uv"] and self.objective.num_views != 2:
             raise ValueError(f"method.uv: expected false with objective {self.objective.name} (one view), got true")
+        if self.config["clip_mu"] < 0:
+            raise ValueError(f"method.clip_mu: expected a non-negative number, got {self.config['clip_mu']!r}")
         if self.config["uv_weight"] < 0:
             raise ValueError(f"method.uv_weight: expected a non-negative number, got {self.config['uv_weight']!r}")
         fraction = self.config["labelled_fraction"]

@@ -18,6 +18,10 @@ Algorithm 1, in this engine's rounds:
   sampled keeps its stale matrix. Before a client's first share its matrix is absent and the
   aggregate is over the clients that have one; with no other matrix yet, the client trains plain SC.
 
+Representations are clipped to norm ``sqrt(clip_mu)`` both in the training loss (HaoChen et al.'s
+code, which FedSC's reference code trains with) and in DP-CalR; FedAvg+SC compares fairly with the
+same ``method.clip_mu`` on its spectral objective.
+
 alpha decays linearly from ``alpha_start`` to ``alpha_end`` over the rounds (Appendix C: 1 -> 0.2,
 ``alpha = alpha_start + (alpha_end - alpha_start) (t - 1) / T`` as in the reference code); with
 alpha = 1 the client update is FedAvg+SC's, bit for bit.
@@ -43,9 +47,9 @@ import torch
 from methods.base import ClientData, ClientUpload
 from methods.fedavg import FedAvg, Workspace
 from methods.losses.fedsc import fedsc_local_objective
-from methods.objectives import Spectral, project, take
-from methods.privacy import (add_gaussian_noise, correlation_sensitivity, noise_multiplier_for,
-                             norm_clip, rdp_epsilon)
+from methods.losses.spectral import norm_clip
+from methods.objectives import Spectral, project
+from methods.privacy import add_gaussian_noise, correlation_sensitivity, noise_multiplier_for, rdp_epsilon
 from simulator.augment import to_float
 from simulator.context import RoundContext
 
@@ -62,7 +66,7 @@ class FedSCSpectral(Spectral):
     def rows_loss(self, embedding, labels, rows=None):
         if self.others_correlation is None:
             return super().rows_loss(embedding, labels, rows)
-        z1, z2 = take(embedding["z"], rows)
+        z1, z2 = self.clipped_projections(embedding, rows)
         return fedsc_local_objective(z1, z2, self.others_correlation, self.alpha)
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from methods.losses import byol_loss, nt_xent, simsiam_loss, spectral_contrastive
+from methods.losses import byol_loss, norm_clip, nt_xent, simsiam_loss, spectral_contrastive
 from simulator.models import mlp
 
 # Per-view tensors of a batch by name; "features" (the online encoder's outputs) is always there.
@@ -73,13 +73,17 @@ class SimCLR(Objective):
 
 
 class Spectral(Objective):
-    """Spectral contrastive loss (HaoChen et al. 2021) as FedSC writes it (Eq. 1 of Jing et al. 2024)."""
+    """Spectral contrastive loss (HaoChen et al. 2021) as FedSC writes it (Eq. 1 of Jing et al. 2024),
+    on projections clipped to norm ``sqrt(clip_mu)`` as in HaoChen et al.'s code (0: unclipped)."""
 
     name = "spectral"
 
+    def clipped_projections(self, embedding: Embedding, rows: Tensor | None) -> list[Tensor]:
+        mu = self.config["clip_mu"]
+        return [norm_clip(z, mu) if mu > 0 else z for z in take(embedding["z"], rows)]
+
     def rows_loss(self, embedding, labels, rows=None):
-        z1, z2 = take(embedding["z"], rows)
-        return spectral_contrastive(z1, z2)
+        return spectral_contrastive(*self.clipped_projections(embedding, rows))
 
 
 class _WithPredictor(Objective):

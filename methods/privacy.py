@@ -27,12 +27,6 @@ import torch
 ORDERS = [float(a) for a in 1 + np.geomspace(1e-3, 1e6, 1000)]
 
 
-def norm_clip(z: torch.Tensor, mu: float) -> torch.Tensor:
-    """NormClip(z, sqrt(mu)) of Algorithm 2: each row scaled down to l2 norm at most sqrt(mu)."""
-    norms = z.norm(dim=1, keepdim=True)
-    return z * (math.sqrt(mu) / norms.clamp_min(math.sqrt(mu)))
-
-
 def correlation_sensitivity(mu: float, num_samples: int) -> float:
     """l2 sensitivity of the clipped correlation matrix under replace-one: sqrt(2) mu / n_j."""
     return math.sqrt(2) * mu / num_samples

@@ -1,6 +1,17 @@
 """Spectral contrastive loss (HaoChen et al. 2021) in the correlation-matrix form of FedSC."""
 
+import math
+
 from torch import Tensor
+
+
+def norm_clip(z: Tensor, mu: float) -> Tensor:
+    """``NormClip(z, sqrt(mu))``: each row scaled down to l2 norm at most ``sqrt(mu)``, shorter rows
+    unchanged. HaoChen et al. 2021 bound the representations of the spectral contrastive loss this
+    way (their code's ``mu``); FedSC (Jing et al. ICML 2024) uses the same bound in DP-CalR
+    (Algorithm 2, line 5), where it caps each sample's contribution to the shared matrix."""
+    norms = z.norm(dim=1, keepdim=True)
+    return z * (math.sqrt(mu) / norms.clamp_min(math.sqrt(mu)))
 
 
 def correlation_matrix(z1: Tensor, z2: Tensor) -> Tensor:

@@ -83,20 +83,25 @@ def test_incremental_sum_equals_recomputed_sum_after_many_partial_rounds(synthet
 
 
 def test_alpha_one_reproduces_fedavg_spectral_bitwise(synthetic_raw):
-    fedsc, scenario = build(synthetic_raw, rounds=2, name="fedsc", alpha_start=1.0, alpha_end=1.0, share_views=1)
-    fedavg, _ = build(synthetic_raw, rounds=2, name="fedavg", objective="spectral")
-    decaying, _ = build(synthetic_raw, rounds=2, name="fedsc", alpha_start=0.5, share_views=1)
-    servers = {name: Server(m) for name, m in (("fedsc", fedsc), ("fedavg", fedavg), ("decaying", decaying))}
+    # clip_mu small enough that the training clip bites: FedAvg+SC must clip the same way
+    fedsc, scenario = build(synthetic_raw, rounds=2, name="fedsc", alpha_start=1.0, alpha_end=1.0, share_views=1,
+                            clip_mu=0.01)
+    fedavg, _ = build(synthetic_raw, rounds=2, name="fedavg", objective="spectral", clip_mu=0.01)
+    unclipped, _ = build(synthetic_raw, rounds=2, name="fedavg", objective="spectral")
+    decaying, _ = build(synthetic_raw, rounds=2, name="fedsc", alpha_start=0.5, share_views=1, clip_mu=0.01)
+    methods = {"fedsc": fedsc, "fedavg": fedavg, "unclipped": unclipped, "decaying": decaying}
+    servers = {name: Server(m) for name, m in methods.items()}
     run_round(fedsc, servers["fedsc"], scenario, 0, (0, 1, 2, 3))
     run_round(decaying, servers["decaying"], scenario, 0, (0, 1, 2, 3))
     for r, cohort in ((1, (0, 2)), (2, (1, 3))):
         _, _, extras, _ = run_round(fedsc, servers["fedsc"], scenario, r, cohort)
         assert all(extra["correlation"].abs().sum() > 0 for extra in extras.values())  # a live third term
-        run_round(fedavg, servers["fedavg"], scenario, r, cohort)
-        run_round(decaying, servers["decaying"], scenario, r, cohort)
+        for name in ("fedavg", "unclipped", "decaying"):
+            run_round(methods[name], servers[name], scenario, r, cohort)
     weights = {name: s.state["weights"] for name, s in servers.items()}
     assert all(torch.equal(weights["fedsc"][k], weights["fedavg"][k]) for k in weights["fedavg"])
-    assert not all(torch.equal(weights["decaying"][k], weights["fedavg"][k]) for k in weights["fedavg"])
+    for other in ("decaying", "unclipped"):
+        assert not all(torch.equal(weights[other][k], weights["fedavg"][k]) for k in weights["fedavg"])
 
 
 def test_alpha_decays_linearly_over_the_rounds(synthetic_raw):

@@ -1,18 +1,12 @@
-"""DP-CalR's pieces: clipping, sensitivity, noise scale, and the RDP accountant against Prop. 6.6."""
+"""DP-CalR's pieces: sensitivity, noise scale, and the RDP accountant against Prop. 6.6."""
 import math
 
 import pytest
 import torch
 
+from methods.losses import norm_clip
 from methods.privacy import (add_gaussian_noise, closed_form_epsilon, correlation_sensitivity,
-                             noise_multiplier_for, norm_clip, rdp_epsilon)
-
-
-def test_norm_clip_caps_long_rows_and_keeps_short_ones():
-    z = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
-    clipped = norm_clip(z, mu=4.0)  # norm at most 2
-    assert torch.allclose(clipped[0], torch.tensor([1.2, 1.6]))
-    assert torch.equal(clipped[1:], z[1:])
+                             noise_multiplier_for, rdp_epsilon)
 
 
 def test_sensitivity_bounds_a_replaced_sample_and_is_attained():

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from methods.losses import correlation_matrix, spectral_contrastive
+from methods.losses import correlation_matrix, norm_clip, spectral_contrastive
 
 
 def test_identity_batch_matches_hand_computation():
@@ -51,3 +51,10 @@ def test_not_invariant_to_scale_of_z():
     assert spectral_contrastive(2 * z1, 2 * z2).item() != pytest.approx(
         spectral_contrastive(z1, z2).item()
     )
+
+
+def test_norm_clip_caps_long_rows_and_keeps_short_ones():
+    z = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
+    clipped = norm_clip(z, mu=4.0)  # norm at most 2
+    assert torch.allclose(clipped[0], torch.tensor([1.2, 1.6]))
+    assert torch.equal(clipped[1:], z[1:])
