@@ -25,11 +25,16 @@ def percent(value: float) -> str:
     return f"{100 * value:.2f}"
 
 
-def markdown_table(runs: list[dict]) -> str:
-    """Mean +- sample std over seeds per scenario name, then every run's own numbers."""
+def by_scenario(runs: list[dict]) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = defaultdict(list)
     for run in runs:
         groups[run["name"]].append(run)
+    return groups
+
+
+def markdown_table(runs: list[dict]) -> str:
+    """Mean +- sample std over seeds per scenario name, then every run's own numbers."""
+    groups = by_scenario(runs)
     header = "| scenario | seeds | " + " | ".join(f"{a} {b}" for a, b in COLUMNS) + " |"
     lines = [header, "|" + "---|" * (len(COLUMNS) + 2)]
     for name, members in groups.items():
@@ -46,4 +51,29 @@ def markdown_table(runs: list[dict]) -> str:
         cells = " | ".join(percent(run[s][k]) for s, k in COLUMNS)
         lines.append(f"| {run['name']} | {run['seed']} | {cells} | {run['rounds_completed']} | "
                      f"{run['wall_seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_table(runs: list[dict], baseline: str) -> str:
+    """Each scenario's final accuracies minus the baseline scenario's, paired by seed: mean +- sample
+    std of the per-seed differences (in points) and on how many seeds the scenario is ahead."""
+    groups = by_scenario(runs)
+    if baseline not in groups:
+        raise ValueError(f"--baseline: expected one of the scenario names {sorted(groups)}, got {baseline!r}")
+    base = {run["seed"]: run for run in groups[baseline]}
+    finals = [key for section, key in COLUMNS if section == "final"]
+    lines = [f"| scenario − {baseline} | paired seeds | " + " | ".join(f"final {k}" for k in finals) + " |",
+             "|" + "---|" * (len(finals) + 2)]
+    for name, members in groups.items():
+        pairs = [(run, base[run["seed"]]) for run in members if name != baseline and run["seed"] in base]
+        if not pairs:
+            continue
+        cells = []
+        for key in finals:
+            diffs = [100 * (run["final"][key] - other["final"][key]) for run, other in pairs]
+            spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            ahead = sum(d > 0 for d in diffs)
+            cells.append(f"{statistics.mean(diffs):+.2f} ± {spread:.2f} (ahead on {ahead}/{len(diffs)})")
+        seeds = ",".join(str(run["seed"]) for run, _ in sorted(pairs, key=lambda p: p[0]["seed"]))
+        lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

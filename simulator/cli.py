@@ -36,19 +36,22 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     report = sub.add_parser("report", help="table of finished runs (mean ± std over seeds, per-seed rows)")
     report.add_argument("runs", nargs="+", help="run directories")
+    report.add_argument("--baseline", metavar="NAME",
+                        help="also print each scenario minus this scenario, paired by seed")
     return p
 
 
-def report(run_dirs: list[str]) -> int:
+def report(run_dirs: list[str], baseline: str | None) -> int:
     from pathlib import Path
 
-    from analysis.report import markdown_table, read_run
+    from analysis.report import markdown_table, paired_table, read_run
     try:
         runs = [read_run(Path(d)) for d in run_dirs]
+        tables = [markdown_table(runs)] + ([paired_table(runs, baseline)] if baseline else [])
     except (ValueError, OSError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
-    print(markdown_table(runs), end="")
+    print("\n".join(tables), end="")
     return 0
 
 
@@ -95,7 +98,7 @@ def check_data(scenario: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "report":
-        return report(args.runs)
+        return report(args.runs, args.baseline)
     from simulator.data.datasets import DatasetUnavailable
     if args.command in ("sweep", "benchmark"):
         return study(args)

@@ -3,7 +3,7 @@ import json
 import pytest
 import yaml
 
-from analysis.report import markdown_table, read_run
+from analysis.report import markdown_table, paired_table, read_run
 from simulator.cli import main
 
 
@@ -33,3 +33,16 @@ def test_unfinished_run_is_an_error(tmp_path, capsys):
         read_run(tmp_path / "half")
     assert main(["report", str(tmp_path / "half")]) == 2
     assert "did not finish" in capsys.readouterr().err
+
+
+def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys):
+    dirs = [fake_run(tmp_path, "base", s, v) for s, v in [(0, 0.60), (1, 0.70), (2, 0.80)]]
+    dirs += [fake_run(tmp_path, "new", s, v) for s, v in [(0, 0.65), (1, 0.68), (3, 0.99)]]  # seed 3: unpaired
+    table = paired_table([read_run(d) for d in dirs], "base")
+    # differences on seeds 0 and 1: +5 and -2 points: mean +1.50, std 4.95, ahead on 1 of 2
+    assert "| new | 0,1 | +1.50 ± 4.95 (ahead on 1/2) | +0.00 ± 0.00 (ahead on 0/2) |" in table
+    assert "| base |" not in table
+    assert main(["report", *map(str, dirs), "--baseline", "base"]) == 0
+    assert "| new | 0,1 | +1.50" in capsys.readouterr().out
+    assert main(["report", *map(str, dirs), "--baseline", "nope"]) == 2
+    assert "--baseline: expected one of the scenario names ['base', 'new'], got 'nope'" in capsys.readouterr().err
