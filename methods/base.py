@@ -95,6 +95,13 @@ class Method:
         self.spec = spec
         self.config = scenario["method"]
 
+    def phases(self, round_index: int) -> tuple[str, ...]:
+        """The passes of a round, in order: ``("train",)``, or ``("share", "train")`` for a method
+        whose clients first upload records (e.g. FedSC's correlation matrices) that the server takes
+        in before any of them trains; the setup round may be ``("share",)``. Every pass runs the
+        same cohort; a client receives each broadcast kind once per round."""
+        return ("train",)
+
     # ---- server side -------------------------------------------------------------------------
     def init_state(self) -> dict[str, Any]:
         """The global state before the first round (deterministic in the scenario seed)."""

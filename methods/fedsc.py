@@ -2,21 +2,23 @@
 Objective over Non-i.i.d. Data", ICML 2024): FedAvg with the spectral contrastive objective plus
 shared correlation matrices, so that each client also contrasts against the other clients' data.
 
-Algorithm 1, in this engine's rounds:
+Algorithm 1, in this engine's rounds and passes (``phases``):
 
-- Round 0 (setup round, every client): client j computes ``R~_j`` with DP-CalR (Algorithm 2,
-  :mod:`methods.privacy`) on the initial model and uploads it as a per-client record of payload
-  kind ``"correlation"``; no training.
-- Rounds t >= 1: each sampled client first computes ``R~_j`` from the received global weights (in
-  the sharing rounds ``method.share_from_round + k * method.share_every``), then trains E local epochs
-  on Eq. 5 (:func:`methods.losses.fedsc.fedsc_local_objective`) against
-  ``Rbar_{-j} = (R~ - q_j R~_j) / (1 - q_j)``, the aggregate of the OTHER clients' last matrices,
-  received from the server (payload kind ``"correlation"``) and held constant. Weights are averaged
-  as in FedAvg.
-- The server keeps each client's last matrix and the weighted sum ``R~ = sum_j q_j R~_j``, updated
-  incrementally (``R~ <- R~ - q_j R~_j_old + q_j R~_j_new``); a client that drops out or is not
-  sampled keeps its stale matrix. Before a client's first share its matrix is absent and the
-  aggregate is over the clients that have one; with no other matrix yet, the client trains plain SC.
+- Round 0 (setup round, every client, a "share" pass only): client j computes ``R~_j`` with
+  DP-CalR (Algorithm 2, :mod:`methods.privacy`) on the initial model and uploads it as a per-client
+  record of payload kind ``"correlation"``; no training. With round 1 this is Algorithm 1's t = 1:
+  round 1's cohort trains against these matrices, taken on the same initial weights.
+- Rounds t >= 1 that share (``method.share_from_round + k * method.share_every``; round 1 only
+  if the setup round did not) start with a "share" pass: each sampled client computes ``R~_j`` from the received global weights and uploads
+  it; the server keeps each client's last matrix and the weighted sum ``R~ = sum_j q_j R~_j``,
+  updated incrementally (``R~ <- R~ - q_j R~_j_old + q_j R~_j_new``); a client that is not sampled
+  keeps its stale matrix. Then the "train" pass: each sampled client trains E local epochs on Eq. 5
+  (:func:`methods.losses.fedsc.fedsc_local_objective`) against
+  ``Rbar_{-j} = (R~ - q_j R~_j) / (1 - q_j)``, the aggregate of the OTHER clients' last matrices
+  (this round's fresh ones for the co-sampled clients), received from the server (payload kind
+  ``"correlation"``) and held constant. Weights are averaged as in FedAvg. Before a client's first
+  share its matrix is absent and the aggregate is over the clients that have one; with no other
+  matrix yet, the client trains plain SC.
 
 Representations are clipped to norm ``sqrt(clip_mu)`` both in the training loss (HaoChen et al.'s
 code, which FedSC's reference code trains with) and in DP-CalR; FedAvg+SC compares fairly with the
@@ -25,11 +27,6 @@ same ``method.clip_mu`` on its spectral objective.
 alpha decays linearly from ``alpha_start`` to ``alpha_end`` over the rounds (Appendix C: 1 -> 0.2,
 ``alpha = alpha_start + (alpha_end - alpha_start) (t - 1) / T`` as in the reference code); with
 alpha = 1 the client update is FedAvg+SC's, bit for bit.
-
-Deviation (one pass per round): Algorithm 1 collects the round's fresh matrices before anyone
-trains; here a client trains against the matrices the server held at the start of the round, so
-the matrices of clients sampled in the same round are one round older than in Algorithm 1 (round 1
-is exact thanks to the setup round).
 
 DP: ``noise_sigma`` > 0 adds N(0, noise_sigma^2) as the paper does (fixed sigma, the epsilon then
 depends on n_j); ``target_epsilon`` > 0 instead derives each client's sigma from the noise
@@ -119,10 +116,20 @@ class FedSC(FedAvg):
                 raise ValueError(f"method.{key}: expected {expected}, got {c[key]!r}")
 
     # ---- schedules ---------------------------------------------------------------------------
-    def shares_in(self, round_index: int) -> bool:
-        """Whether the clients of this round share a correlation matrix (Appendix C's schedule)."""
+    def scheduled(self, round_index: int) -> bool:
+        """Appendix C's sharing schedule: from ``share_from_round``, every ``share_every`` rounds."""
         start, every = self.config["share_from_round"], self.config["share_every"]
         return round_index >= start and (round_index - start) % every == 0
+
+    def shares_in(self, round_index: int) -> bool:
+        """Whether the clients of this round upload a correlation matrix: the schedule, except round
+        1 after a setup round that shared, whose matrices were taken on the same initial weights."""
+        return self.scheduled(round_index) and not (round_index == 1 and self.scheduled(0))
+
+    def phases(self, round_index: int) -> tuple[str, ...]:
+        if round_index == 0:
+            return ("share",)
+        return ("share", "train") if self.shares_in(round_index) else ("train",)
 
     def alpha(self, ctx: RoundContext) -> float:
         start, end = self.config["alpha_start"], self.config["alpha_end"]
@@ -155,7 +162,7 @@ class FedSC(FedAvg):
     def client_extra(self, state, client_id, ctx):
         """``Rbar_{-j}``: the q-weighted mean of the other clients' last matrices (None if none)."""
         has_matrix = state["shared"] > 0
-        if ctx.round == 0 or not torch.cat([has_matrix[:client_id], has_matrix[client_id + 1:]]).any():
+        if ctx.phase == "share" or not torch.cat([has_matrix[:client_id], has_matrix[client_id + 1:]]).any():
             return None
         total, mass = state["correlation_sum"], state["correlation_mass"]
         if has_matrix[client_id]:
@@ -192,21 +199,17 @@ class FedSC(FedAvg):
 
     # ---- client side -------------------------------------------------------------------------
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
-        record = None
-        if self.shares_in(ctx.round):
+        if ctx.phase == "share":
+            if not self.shares_in(ctx.round):
+                return ClientUpload()
             with torch.no_grad():
                 for name, slot in workspace.slots.items():
                     slot.copy_(broadcast["weights"][name])
-            record = {"correlation": self.shared_correlation(workspace, data, ctx)}
-        if ctx.round == 0:
-            return ClientUpload(record=record)
+            return ClientUpload(record={"correlation": self.shared_correlation(workspace, data, ctx)})
         others = None if extra is None else extra["correlation"].to(workspace.device)
         trainer = copy.copy(self)  # the same method, training on this client's bound objective
         trainer.objective = FedSCSpectral(self.objective, others, self.alpha(ctx))
-        upload = FedAvg.client_update(trainer, workspace, broadcast, extra, data, ctx)
-        if record is not None:
-            upload.record = {**(upload.record or {}), **record}
-        return upload
+        return FedAvg.client_update(trainer, workspace, broadcast, extra, data, ctx)
 
     @torch.no_grad()
     def shared_correlation(self, workspace: Workspace, data: ClientData, ctx: RoundContext) -> torch.Tensor:

@@ -26,7 +26,9 @@ class RoundContext:
     """What a round is: its number, its cohort, the hyper-parameters and the run seed.
 
     Round 0 is the setup round (methods that need one); training rounds are 1..num_rounds.
-    ``hparams`` is the read-only resolved scenario (``hparams["training"]["lr"]``...).
+    ``hparams`` is the read-only resolved scenario (``hparams["training"]["lr"]``...). ``phase`` is
+    the pass of the round (``Method.phases``): ``"share"``, in which the cohort only uploads records
+    computed on the current global model, or ``"train"``.
     """
 
     round: int
@@ -34,6 +36,7 @@ class RoundContext:
     cohort: tuple[int, ...]
     seed: int
     hparams: Mapping[str, Any]
+    phase: str = "train"
 
     def client_seed(self, client_id: int, stream: str = "train") -> int:
         return derive_seed(self.seed, self.round, client_id, stream)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -21,7 +22,7 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader
-from simulator.federation import Server, WorkerResult, route_cohort, simulate_clients
+from simulator.federation import Server, WorkerResult, add_phase_metrics, route_cohort, simulate_clients
 from simulator.resources import memory_mb
 
 
@@ -184,7 +185,7 @@ class RayFederation:
     def setup(self, spec: DataSpec, partition_dir: str, client_state_dir: str | None) -> None:
         """``client_state_dir``: where the store of a method with stateful clients keeps them."""
         self.spec, self.partition_dir = spec, partition_dir
-        self.client_pool = build_method(self.scenario, spec).client_pool
+        self.method = build_method(self.scenario, spec)  # the driver's copy: routing and phases
         if client_state_dir is not None:
             self.store = StoreActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(client_state_dir)
         self.server.setup.remote(spec, self.store)
@@ -198,13 +199,21 @@ class RayFederation:
         self.worker_restarts += 1
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
-        """Simulate the round's cohort and apply the server step; returns the round's metrics.
+        """Simulate the round's cohort and apply the server step, pass by pass (``Method.phases``);
+        returns the round's metrics (traffic summed over the passes)."""
+        metrics: dict[str, float] = {}
+        for phase in self.method.phases(ctx.round):
+            metrics = add_phase_metrics(metrics, self.run_phase(replace(ctx, phase=phase)))
+        return metrics
+
+    def run_phase(self, ctx: RoundContext) -> dict[str, float]:
+        """One pass of the cohort: client steps on the workers, then the server step.
 
         A share whose worker dies (killed process, out of memory, lost node) is simulated again on
         a new worker; client randomness and exact sums make the result the same as without fault.
         """
         in_pool = {name: [i for i, p in enumerate(self.worker_pool) if p == name] for name in self.pools}
-        routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.client_pool,
+        routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.method.client_pool,
                               {name: len(members) for name, members in in_pool.items()})
         if not routes:
             return {"clients/completed": 0.0}

@@ -93,6 +93,15 @@ def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dic
     return result
 
 
+def add_phase_metrics(metrics: dict[str, float], phase_metrics: dict[str, float]) -> dict[str, float]:
+    """A round's metrics after one more pass: traffic (``bytes_*``) adds up, the rest is the later
+    pass's."""
+    merged = dict(metrics)
+    for name, value in phase_metrics.items():
+        merged[name] = merged.get(name, 0.0) + value if name.startswith("bytes_") else value
+    return merged
+
+
 class Server:
     """The method's server step and the global state; what the parameter-server actor runs."""
 
@@ -100,10 +109,15 @@ class Server:
         self.method = method
         self.state = method.init_state()
 
+    def phases(self, round_index: int) -> tuple[str, ...]:
+        return self.method.phases(round_index)
+
     def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[dict, list[dict[int, Any]], Counter]:
         """The broadcast, each share's per-client extras, and the bytes sent down per kind."""
         broadcast = self.method.broadcast(self.state, ctx)
-        bytes_down = Counter({kind: payload_nbytes(v) * len(ctx.cohort) for kind, v in broadcast.items()})
+        bytes_down = Counter()
+        if ctx.phase == self.phases(ctx.round)[0]:  # a client receives the broadcast once per round
+            bytes_down.update({kind: payload_nbytes(v) * len(ctx.cohort) for kind, v in broadcast.items()})
         extras = []
         for share in shares:
             share_extras = {}

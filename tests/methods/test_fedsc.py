@@ -1,5 +1,7 @@
 """FedSC's client and server steps in-process (no Ray): sharing, the incremental sum, alpha = 1,
 DP-CalR's noise and the per-client privacy accounting."""
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from methods.base import ClientData, DataSpec
 from methods.privacy import correlation_sensitivity, rdp_epsilon
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
-from simulator.federation import Server, simulate_clients
+from simulator.federation import Server, add_phase_metrics, simulate_clients
 from simulator.scenario import resolve
 
 DATA = make_synthetic(train_per_class=6, test_per_class=1, seed=2)
@@ -29,11 +31,17 @@ def build(synthetic_raw, spec=SPEC, rounds=3, **method):
 
 
 def run_round(method, server, scenario, round_index, cohort):
-    ctx = RoundContext(round_index, scenario["training"]["rounds"], cohort, scenario["seed"], freeze(scenario))
-    broadcast, extras, bytes_down = server.payload(ctx, [list(cohort)])
+    """Every pass of a round in-process: the last pass's result and extras, the round's metrics
+    and the bytes sent down over its passes."""
     workspace = method.make_workspace(torch.device("cpu"))
-    result = simulate_clients(method, workspace, lambda c: CLIENTS[c], broadcast, extras[0], list(cohort), ctx)
-    metrics = server.aggregate(ctx, [result])
+    metrics, bytes_down = {}, Counter()
+    for phase in method.phases(round_index):
+        ctx = RoundContext(round_index, scenario["training"]["rounds"], cohort, scenario["seed"], freeze(scenario),
+                           phase)
+        broadcast, extras, down = server.payload(ctx, [list(cohort)])
+        result = simulate_clients(method, workspace, lambda c: CLIENTS[c], broadcast, extras[0], list(cohort), ctx)
+        metrics = add_phase_metrics(metrics, server.aggregate(ctx, [result]))
+        bytes_down += down
     return result, metrics, extras[0], bytes_down
 
 
@@ -112,7 +120,7 @@ def test_alpha_decays_linearly_over_the_rounds(synthetic_raw):
 
 def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
     """Noise of std multiplier * sqrt(2) mu / n_j on every entry; epsilon counts only the rounds in
-    which the client shared (here rounds 0, 1 and 3: share_every 2 from round 1)."""
+    which the client shared (here rounds 1 and 3: share_every 2 from round 1)."""
     options = dict(name="fedsc", clip_mu=2.0, share_from_round=1, share_every=2, delta=1e-4, share_views=1)
     private, scenario = build(synthetic_raw, rounds=4, target_epsilon=8.0, **options)
     clean, _ = build(synthetic_raw, rounds=4, **options)
@@ -130,11 +138,12 @@ def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
     _, m0, _, _ = run_round(private, server, scenario, 0, (0, 1, 2, 3))  # round 0: not a sharing round
     assert "bytes_up/correlation" not in m0 and m0["privacy/epsilon_max"] == 0.0
     _, m1, extras, _ = run_round(private, server, scenario, 1, (0, 1))
-    assert extras == {}  # no other client had shared yet: plain SC
+    assert sorted(extras) == [0, 1]  # each trains against the other's matrix, shared this round
     _, m2, extras, bytes_down = run_round(private, server, scenario, 2, (1, 2))
     assert "bytes_up/correlation" not in m2 and sorted(extras) == [1, 2]
     assert bytes_down["correlation"] == 2 * 4 * DIM * DIM and bytes_down["weights"] > 0
-    _, m3, _, _ = run_round(private, server, scenario, 3, (1, 3))
+    _, m3, _, two_passes = run_round(private, server, scenario, 3, (1, 3))
+    assert two_passes["weights"] == bytes_down["weights"]  # the weights go down once per round
     assert server.state["shared"].tolist() == [1, 2, 0, 1]
     expected = rdp_epsilon(private.noise_multiplier, 2, 1e-4)  # client 1: shared twice
     assert m3["privacy/epsilon_max"] == pytest.approx(expected)
@@ -152,3 +161,26 @@ def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
 def test_bad_options_give_one_line_errors(synthetic_raw, option, message):
     with pytest.raises(ValueError, match=message):
         build(synthetic_raw, name="fedsc", **option)
+
+
+def test_cohort_trains_against_the_matrices_it_shared_this_round(synthetic_raw):
+    """Algorithm 1: the sampled clients upload R~_j on the round's global weights before anyone
+    trains, so Rbar_{-j} holds the co-sampled clients' fresh matrices, not last round's."""
+    method, scenario = build(synthetic_raw, rounds=3, name="fedsc", share_views=1)
+    assert [method.phases(r) for r in range(4)] == [("share",), ("train",), ("share", "train"), ("share", "train")]
+    server = Server(method)
+    run_round(method, server, scenario, 0, (0, 1, 2, 3))
+    run_round(method, server, scenario, 1, (0, 2))
+    global_weights = {k: v.clone() for k, v in server.state["weights"].items()}
+    _, _, extras, _ = run_round(method, server, scenario, 2, (0, 2))
+
+    workspace = method.make_workspace(torch.device("cpu"))
+    for name, slot in workspace.slots.items():
+        slot.data.copy_(global_weights[name])
+    share_ctx = RoundContext(2, 3, (0, 2), scenario["seed"], freeze(scenario), "share")
+    fresh = {c: method.shared_correlation(workspace, ClientData(c, *CLIENTS[c]), share_ctx) for c in (0, 2)}
+    q = method.client_weights
+    expected = (q[1] * server.state["correlations"][1].double() + q[2] * fresh[2].double()
+                + q[3] * server.state["correlations"][3].double()) / (q[1] + q[2] + q[3])
+    assert torch.equal(server.state["correlations"][2], fresh[2])
+    assert torch.allclose(extras[0]["correlation"], expected.float(), atol=1e-6)

@@ -79,3 +79,17 @@ def test_tier_pools_with_their_own_resources_give_the_single_pool_result(ray_ses
     _, tiered, m2 = run(raw, tmp_path, "tier-pools", worker_pools=pools)
     assert m1 == m2 and one_pool["final"] == tiered["final"]
     assert (2, "eval/large_cnn/linear_top1_mean") in m1
+
+
+def test_rounds_with_a_share_pass_through_ray(ray_session, synthetic_raw, tmp_path):
+    """FedSC's rounds 2 (share, then train) and 1, 3 (train): worker-count invariant, the matrices go
+    up in the share pass, the weights go down once per round."""
+    raw = {**synthetic_raw, "method": {"name": "fedsc", "share_views": 1, "share_every": 2},
+           "training": {**synthetic_raw["training"], "rounds": 3}, "eval": {**synthetic_raw["eval"], "every": 3}}
+    _, s1, m1 = run(raw, tmp_path, "fedsc-w1", num_workers=1)
+    _, s2, m2 = run(raw, tmp_path, "fedsc-w2", num_workers=2)
+    assert m1 == m2 and s1["final"] == s2["final"]
+    assert (0, "bytes_up/correlation") in m1 and (2, "bytes_up/correlation") in m1
+    assert (1, "bytes_up/correlation") not in m1 and (3, "bytes_up/correlation") not in m1
+    assert m1[(2, "bytes_down/weights")] == m1[(1, "bytes_down/weights")] == m1[(3, "bytes_down/weights")] > 0
+    assert m1[(2, "bytes_up/weights")] == m1[(1, "bytes_up/weights")]

@@ -6,7 +6,8 @@ from methods import build_method
 from methods.base import DataSpec
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
-from simulator.federation import Server, route_cohort, sample_cohort, simulate_clients, split_cohort
+from simulator.federation import (Server, add_phase_metrics, route_cohort, sample_cohort, simulate_clients,
+                                  split_cohort)
 from simulator.scenario import resolve
 
 
@@ -70,3 +71,11 @@ def test_clients_are_routed_to_their_pool_and_balanced_within_it():
     assert ("small", 0, [3, 4, 5]) in routes
     big = [share for pool, _, share in routes if pool == "big"]
     assert sorted(c for share in big for c in share) == [0, 1, 2] and len(big) == 2
+
+
+def test_a_rounds_passes_add_up_their_traffic_and_keep_the_last_values():
+    share = {"bytes_up/correlation": 8.0, "bytes_down/weights": 100.0, "clients/completed": 2.0}
+    train = {"bytes_up/weights": 50.0, "bytes_down/correlation": 8.0, "clients/completed": 2.0, "train/loss": 0.5}
+    merged = add_phase_metrics(add_phase_metrics({}, share), {**train, "bytes_down/weights": 0.0})
+    assert merged == {"bytes_up/correlation": 8.0, "bytes_down/weights": 100.0, "bytes_up/weights": 50.0,
+                      "bytes_down/correlation": 8.0, "clients/completed": 2.0, "train/loss": 0.5}
