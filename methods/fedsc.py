@@ -9,8 +9,8 @@ Algorithm 1, in this engine's rounds and passes (``phases``):
   record of payload kind ``"correlation"``; no training. With round 1 this is Algorithm 1's t = 1:
   round 1's cohort trains against these matrices, taken on the same initial weights.
 - Rounds t >= 1 that share (``method.share_from_round + k * method.share_every``; round 1 only
-  if the setup round did not) start with a "share" pass: each sampled client computes ``R~_j`` from the received global weights and uploads
-  it; the server keeps each client's last matrix and the weighted sum ``R~ = sum_j q_j R~_j``,
+  if the setup round did not) start with a "share" pass: each sampled client computes ``R~_j``
+  from the received global weights and uploads it; the server keeps each client's last matrix and the weighted sum ``R~ = sum_j q_j R~_j``,
   updated incrementally (``R~ <- R~ - q_j R~_j_old + q_j R~_j_new``); a client that is not sampled
   keeps its stale matrix. Then the "train" pass: each sampled client trains E local epochs on Eq. 5
   (:func:`methods.losses.fedsc.fedsc_local_objective`) against

@@ -109,14 +109,11 @@ class Server:
         self.method = method
         self.state = method.init_state()
 
-    def phases(self, round_index: int) -> tuple[str, ...]:
-        return self.method.phases(round_index)
-
     def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[dict, list[dict[int, Any]], Counter]:
         """The broadcast, each share's per-client extras, and the bytes sent down per kind."""
         broadcast = self.method.broadcast(self.state, ctx)
         bytes_down = Counter()
-        if ctx.phase == self.phases(ctx.round)[0]:  # a client receives the broadcast once per round
+        if ctx.phase == self.method.phases(ctx.round)[0]:  # a client receives the broadcast once per round
             bytes_down.update({kind: payload_nbytes(v) * len(ctx.cohort) for kind, v in broadcast.items()})
         extras = []
         for share in shares:
