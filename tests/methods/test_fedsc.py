@@ -46,7 +46,7 @@ def run_round(method, server, scenario, round_index, cohort):
 
 
 def test_setup_round_collects_every_clients_correlation_without_training(synthetic_raw):
-    method, scenario = build(synthetic_raw, name="fedsc", clip_mu=1.0, share_views=2)
+    method, scenario = build(synthetic_raw, name="fedsc", share_clip_mu=1.0, share_views=2)
     server = Server(method)
     before = {k: v.clone() for k, v in server.state["weights"].items()}
     result, metrics, _, _ = run_round(method, server, scenario, 0, (0, 1, 2, 3))
@@ -121,7 +121,7 @@ def test_alpha_decays_linearly_over_the_rounds(synthetic_raw):
 def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
     """Noise of std multiplier * sqrt(2) mu / n_j on every entry; epsilon counts only the rounds in
     which the client shared (here rounds 1 and 3: share_every 2 from round 1)."""
-    options = dict(name="fedsc", clip_mu=2.0, share_from_round=1, share_every=2, delta=1e-4, share_views=1)
+    options = dict(name="fedsc", share_clip_mu=2.0, share_from_round=1, share_every=2, delta=1e-4, share_views=1)
     private, scenario = build(synthetic_raw, rounds=4, target_epsilon=8.0, **options)
     clean, _ = build(synthetic_raw, rounds=4, **options)
     assert private.planned_shares == 2  # rounds 1 and 3
