@@ -7,7 +7,8 @@ Algorithm 1, in this engine's rounds and passes (``phases``):
 - Round 0 (setup round, every client, a "share" pass only): client j computes ``R~_j`` with
   DP-CalR (Algorithm 2, :mod:`methods.privacy`) on the initial model and uploads it as a per-client
   record of payload kind ``"correlation"``; no training. With round 1 this is Algorithm 1's t = 1:
-  round 1's cohort trains against these matrices, taken on the same initial weights.
+  round 1's cohort trains against these matrices, taken on the same initial weights. When the
+  schedule starts later (``method.share_from_round`` > 0), round 0 has no pass at all.
 - Rounds t >= 1 that share (``method.share_from_round + k * method.share_every``; round 1 only
   if the setup round did not) start with a "share" pass: each sampled client computes ``R~_j``
   from the received global weights and uploads it; the server keeps each client's last matrix and the weighted sum ``R~ = sum_j q_j R~_j``,
@@ -130,8 +131,10 @@ class FedSC(FedAvg):
         return self.scheduled(round_index) and not (round_index == 1 and self.scheduled(0))
 
     def phases(self, round_index: int) -> tuple[str, ...]:
+        """Round 0 only shares (nothing, when the schedule starts later); a sharing round shares
+        before it trains."""
         if round_index == 0:
-            return ("share",)
+            return ("share",) if self.shares_in(0) else ()
         return ("share", "train") if self.shares_in(round_index) else ("train",)
 
     def alpha(self, ctx: RoundContext) -> float:
@@ -203,8 +206,6 @@ class FedSC(FedAvg):
     # ---- client side -------------------------------------------------------------------------
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
         if ctx.phase == "share":
-            if not self.shares_in(ctx.round):
-                return ClientUpload()
             with torch.no_grad():
                 for name, slot in workspace.slots.items():
                     slot.copy_(broadcast["weights"][name])
