@@ -155,6 +155,7 @@ def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
     ({"alpha_end": 1.5}, r"method.alpha_end: expected a number in \[0, 1\], got 1.5"),
     ({"noise_sigma": 0.01, "target_epsilon": 3.0}, "method.target_epsilon: expected 0 when"),
     ({"delta": 1.0}, r"method.delta: expected a number in \(0, 1\), got 1.0"),
+    ({"share_clip_mu": 0.0}, "method.share_clip_mu: expected a positive number, got 0.0"),
     ({"share_from_round": 9}, r"method.share_from_round: expected a round in \[0, 3\], got 9"),
 ])
 def test_bad_options_give_one_line_errors(synthetic_raw, option, message):
