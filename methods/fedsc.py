@@ -25,7 +25,8 @@ DP-CalR clips each representation to norm ``sqrt(share_clip_mu)`` (Algorithm 2's
 as in the reference code), which bounds the sensitivity. The training loss is Eq. 5 on unclipped
 representations by default, as the paper writes it; ``method.clip_mu`` > 0 clips them in the loss
 too (HaoChen et al.'s code, which FedSC's reference code trains with), the same option as FedAvg+SC's
-spectral objective. On Fashion-MNIST the training clip cost both methods accuracy (results/fedsc.md).
+spectral objective. The Fashion-MNIST scenarios clip the loss as well: unclipped, FedAvg+SC diverged
+with all 10 clients per round (results/fedsc.md).
 
 alpha decays linearly from ``alpha_start`` to ``alpha_end`` over the rounds (Appendix C: 1 -> 0.2,
 ``alpha = alpha_start + (alpha_end - alpha_start) (t - 1) / T`` as in the reference code); with
