@@ -106,7 +106,6 @@ class FedSC(FedAvg):
             ("alpha_start", 0 <= c["alpha_start"] <= 1, "a number in [0, 1]"),
             ("alpha_end", 0 <= c["alpha_end"] <= 1, "a number in [0, 1]"),
             ("share_views", c["share_views"] >= 1, "a positive integer"),
-            ("clip_mu", c["clip_mu"] >= 0, "a non-negative number (0: unclipped loss)"),
             ("share_clip_mu", c["share_clip_mu"] > 0, "a positive number"),
             ("noise_sigma", c["noise_sigma"] >= 0, "a non-negative number"),
             ("target_epsilon", c["target_epsilon"] >= 0, "a non-negative number"),

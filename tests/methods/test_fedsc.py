@@ -156,6 +156,7 @@ def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
     ({"noise_sigma": 0.01, "target_epsilon": 3.0}, "method.target_epsilon: expected 0 when"),
     ({"delta": 1.0}, r"method.delta: expected a number in \(0, 1\), got 1.0"),
     ({"share_clip_mu": 0.0}, "method.share_clip_mu: expected a positive number, got 0.0"),
+    ({"clip_mu": -1.0}, "method.clip_mu: expected a non-negative number, got -1.0"),
     ({"share_from_round": 9}, r"method.share_from_round: expected a round in \[0, 3\], got 9"),
 ])
 def test_bad_options_give_one_line_errors(synthetic_raw, option, message):
