@@ -6,9 +6,11 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import yaml
 
 COLUMNS = (("initial", "knn_top1"), ("initial", "linear_top1"), ("final", "knn_top1"), ("final", "linear_top1"))
+FINALS = tuple(key for section, key in COLUMNS if section == "final")
 
 
 def read_run(run_dir: Path) -> dict:
@@ -18,7 +20,24 @@ def read_run(run_dir: Path) -> dict:
         raise ValueError(f"{run_dir}: no summary.json (the run did not finish)")
     summary = json.loads(summary_path.read_text())
     scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], **summary}
+    return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], **summary,
+            "groups": final_group_means(run_dir / "metrics.parquet")}
+
+
+def final_group_means(metrics_path: Path) -> dict[str, dict[str, float]]:
+    """The last evaluation's per-group means, ``eval/<group>/<metric>_mean`` in ``metrics.parquet``
+    (logged when per-client encoders are evaluated, e.g. Hetero-SSFL's tiers); {} if there are none."""
+    if not metrics_path.exists():
+        return {}
+    rows = [row for row in pq.read_table(metrics_path, columns=["round", "name", "value"]).to_pylist()
+            if row["name"].startswith("eval/") and row["name"].endswith("_mean") and row["name"].count("/") == 2]
+    groups: dict[str, dict[str, float]] = defaultdict(dict)
+    last = max((row["round"] for row in rows), default=None)
+    for row in rows:
+        if row["round"] == last:
+            group, metric = row["name"].removeprefix("eval/").removesuffix("_mean").split("/")
+            groups[group][metric] = row["value"]
+    return dict(groups)
 
 
 def percent(value: float) -> str:
@@ -32,17 +51,19 @@ def by_scenario(runs: list[dict]) -> dict[str, list[dict]]:
     return groups
 
 
+def mean_std(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{percent(statistics.mean(values))} ± {percent(spread)}"
+
+
 def markdown_table(runs: list[dict]) -> str:
-    """Mean +- sample std over seeds per scenario name, then every run's own numbers."""
+    """Mean +- sample std over seeds per scenario name, then every run's own numbers, then (for runs
+    that evaluated per-client encoders) each group's final means over seeds."""
     groups = by_scenario(runs)
     header = "| scenario | seeds | " + " | ".join(f"{a} {b}" for a, b in COLUMNS) + " |"
     lines = [header, "|" + "---|" * (len(COLUMNS) + 2)]
     for name, members in groups.items():
-        cells = []
-        for section, key in COLUMNS:
-            values = [m[section][key] for m in members]
-            spread = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{percent(statistics.mean(values))} ± {percent(spread)}")
+        cells = [mean_std([m[section][key] for m in members]) for section, key in COLUMNS]
         seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
         lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
     lines += ["", "| scenario | seed | " + " | ".join(f"{a} {b}" for a, b in COLUMNS) + " | rounds | wall s |",
@@ -51,6 +72,15 @@ def markdown_table(runs: list[dict]) -> str:
         cells = " | ".join(percent(run[s][k]) for s, k in COLUMNS)
         lines.append(f"| {run['name']} | {run['seed']} | {cells} | {run['rounds_completed']} | "
                      f"{run['wall_seconds']:.0f} |")
+    grouped = by_scenario([run for run in runs if run["groups"]])
+    if grouped:
+        lines += ["", "| scenario | group | seeds | " + " | ".join(f"final {k} (group mean)" for k in FINALS) + " |",
+                  "|" + "---|" * (len(FINALS) + 3)]
+    for name, members in grouped.items():
+        for group in sorted({g for m in members for g in m["groups"]}):
+            having = sorted((m for m in members if group in m["groups"]), key=lambda m: m["seed"])
+            cells = " | ".join(mean_std([m["groups"][group][key] for m in having]) for key in FINALS)
+            lines.append(f"| {name} | {group} | {','.join(str(m['seed']) for m in having)} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -61,15 +91,14 @@ def paired_table(runs: list[dict], baseline: str) -> str:
     if baseline not in groups:
         raise ValueError(f"--baseline: expected one of the scenario names {sorted(groups)}, got {baseline!r}")
     base = {run["seed"]: run for run in groups[baseline]}
-    finals = [key for section, key in COLUMNS if section == "final"]
-    lines = [f"| scenario − {baseline} | paired seeds | " + " | ".join(f"final {k}" for k in finals) + " |",
-             "|" + "---|" * (len(finals) + 2)]
+    lines = [f"| scenario − {baseline} | paired seeds | " + " | ".join(f"final {k}" for k in FINALS) + " |",
+             "|" + "---|" * (len(FINALS) + 2)]
     for name, members in groups.items():
         pairs = [(run, base[run["seed"]]) for run in members if name != baseline and run["seed"] in base]
         if not pairs:
             continue
         cells = []
-        for key in finals:
+        for key in FINALS:
             diffs = [100 * (run["final"][key] - other["final"][key]) for run, other in pairs]
             spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
             ahead = sum(d > 0 for d in diffs)

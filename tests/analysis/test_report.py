@@ -1,5 +1,7 @@
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -46,3 +48,30 @@ def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys)
     assert "| new | 0,1 | +1.50" in capsys.readouterr().out
     assert main(["report", *map(str, dirs), "--baseline", "nope"]) == 2
     assert "--baseline: expected one of the scenario names ['base', 'new'], got 'nope'" in capsys.readouterr().err
+
+
+def write_metrics(run_dir, rows):
+    columns = list(zip(*rows))
+    pq.write_table(pa.table({"round": list(columns[0]), "name": list(columns[1]), "value": list(columns[2]),
+                             "wall_seconds": [0.0] * len(rows)}), run_dir / "metrics.parquet")
+
+
+def test_group_means_of_the_last_evaluation_per_scenario(tmp_path):
+    dirs = []
+    for seed, small_knn in ((0, 0.60), (1, 0.70)):
+        run_dir = fake_run(tmp_path, "tiers", seed, 0.7)
+        write_metrics(run_dir, [
+            (5, "eval/small_cnn/knn_top1_mean", 0.1), (5, "eval/small_cnn/linear_top1_mean", 0.1),
+            (5, "eval/large_cnn/knn_top1_mean", 0.2), (5, "eval/large_cnn/linear_top1_mean", 0.2),
+            (10, "eval/small_cnn/knn_top1_mean", small_knn), (10, "eval/small_cnn/linear_top1_mean", 0.5),
+            (10, "eval/small_cnn/knn_top1_std", 0.3), (10, "eval/small_cnn/4/knn_top1", 0.9),
+            (10, "eval/knn_top1", 0.7), (10, "train/loss", 1.0)])
+        dirs.append(run_dir)
+    plain = fake_run(tmp_path, "plain", 0, 0.7)
+    write_metrics(plain, [(3, "eval/knn_top1", 0.7), (3, "eval/linear_top1", 0.7)])
+    runs = [read_run(d) for d in [*dirs, plain]]
+    assert runs[0]["groups"] == {"small_cnn": {"knn_top1": 0.60, "linear_top1": 0.5}}  # round 10 only
+    assert runs[2]["groups"] == {}
+    groups_table = markdown_table(runs).split("(group mean)")[-1]
+    assert "| tiers | small_cnn | 0,1 | 65.00 ± 7.07 | 50.00 ± 0.00 |" in groups_table
+    assert "plain" not in groups_table and "large_cnn" not in groups_table

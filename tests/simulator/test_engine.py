@@ -4,6 +4,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.report import read_run
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 
@@ -73,12 +74,15 @@ def test_tier_pools_with_their_own_resources_give_the_single_pool_result(ray_ses
                       "tiers": [{"fraction": 0.5, "encoder": "small_cnn"}, {"fraction": 0.5, "encoder": "large_cnn"}]},
            "training": {**synthetic_raw["training"], "batch_size": 16},
            "eval": {**synthetic_raw["eval"], "every": 2, "test_subset": 300}}
-    _, one_pool, m1 = run(raw, tmp_path, "one-pool")
+    one_pool_dir, one_pool, m1 = run(raw, tmp_path, "one-pool")
     pools = [{"name": "small_cnn", "count": 1, "num_cpus": 1, "num_gpus": 0},
              {"name": "large_cnn", "count": 2, "num_cpus": 1, "num_gpus": 0}]
     _, tiered, m2 = run(raw, tmp_path, "tier-pools", worker_pools=pools)
     assert m1 == m2 and one_pool["final"] == tiered["final"]
     assert (2, "eval/large_cnn/linear_top1_mean") in m1
+    groups = read_run(one_pool_dir)["groups"]  # what `fedssl report` tabulates per tier
+    assert groups["large_cnn"]["linear_top1"] == m1[(2, "eval/large_cnn/linear_top1_mean")]
+    assert sorted(groups) == ["large_cnn", "small_cnn"]
 
 
 def test_rounds_with_a_share_pass_through_ray(ray_session, synthetic_raw, tmp_path):
