@@ -33,14 +33,15 @@ class WorkerFailure(RuntimeError):
 
 
 def start_ray(address: str | None) -> None:
-    """Join ``address`` (``auto``: the cluster this machine belongs to) or start a local instance."""
+    """Join ``address`` (``auto``: the cluster this machine belongs to) or, for None, start a local
+    instance of this run's own (``ray.init()`` alone would join any Ray instance already running on
+    the machine); ``$RAY_ADDRESS``, as ``ray job submit`` sets it, is joined."""
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "include_dashboard": False}
-    if address is not None:
-        kwargs["address"] = address
-    ray.init(**kwargs)
+    if address is None:
+        address = os.environ.get("RAY_ADDRESS", "local")
+    ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
 
 
 def worker_device(num_gpus: float) -> torch.device:

@@ -1,5 +1,8 @@
 """The Ray engine end to end on synthetic data: worker-count invariance and the run directory."""
 import json
+import os
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -97,3 +100,25 @@ def test_rounds_with_a_share_pass_through_ray(ray_session, synthetic_raw, tmp_pa
     assert (1, "bytes_up/correlation") not in m1 and (3, "bytes_up/correlation") not in m1
     assert m1[(2, "bytes_down/weights")] == m1[(1, "bytes_down/weights")] == m1[(3, "bytes_down/weights")] > 0
     assert m1[(2, "bytes_up/weights")] == m1[(1, "bytes_up/weights")]
+
+
+
+JOINS_OTHER_INSTANCE = """
+import ray
+from ray.cluster_utils import Cluster
+from simulator.engine import start_ray
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})  # as `ray start` does
+start_ray(None)
+print(ray.get_runtime_context().gcs_address == cluster.address)
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+def test_a_local_run_starts_its_own_ray_while_another_instance_runs():
+    """``ray.address: null`` must not join a Ray instance already running on the machine."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", JOINS_OTHER_INSTANCE], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
