@@ -11,9 +11,10 @@ Algorithm 1, in this engine's rounds and passes (``phases``):
   schedule starts later (``method.share_from_round`` > 0), round 0 has no pass at all.
 - Rounds t >= 1 that share (``method.share_from_round + k * method.share_every``; round 1 only
   if the setup round did not) start with a "share" pass: each sampled client computes ``R~_j``
-  from the received global weights and uploads it; the server keeps each client's last matrix and the weighted sum ``R~ = sum_j q_j R~_j``,
-  updated incrementally (``R~ <- R~ - q_j R~_j_old + q_j R~_j_new``); a client that is not sampled
-  keeps its stale matrix. Then the "train" pass: each sampled client trains E local epochs on Eq. 5
+  from the received global weights and uploads it; the server keeps each client's last matrix and
+  the weighted sum ``R~ = sum_j q_j R~_j``, updated incrementally
+  (``R~ <- R~ - q_j R~_j_old + q_j R~_j_new``); a client that is not sampled keeps its stale matrix.
+  Then the "train" pass: each sampled client trains E local epochs on Eq. 5
   (:func:`methods.losses.fedsc.fedsc_local_objective`) against
   ``Rbar_{-j} = (R~ - q_j R~_j) / (1 - q_j)``, the aggregate of the OTHER clients' last matrices
   (this round's fresh ones for the co-sampled clients), received from the server (payload kind

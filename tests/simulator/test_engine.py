@@ -102,7 +102,6 @@ def test_rounds_with_a_share_pass_through_ray(ray_session, synthetic_raw, tmp_pa
     assert m1[(2, "bytes_up/weights")] == m1[(1, "bytes_up/weights")]
 
 
-
 JOINS_OTHER_INSTANCE = """
 import ray
 from ray.cluster_utils import Cluster
