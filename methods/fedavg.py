@@ -225,9 +225,7 @@ class FedAvg(Method):
                     raise FloatingPointError(
                         f"round {ctx.round}, client {data.client_id}, method {self.name}/"
                         f"{self.objective.name}: loss is {loss.item()}")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                sgd_step(optimizer, loss, parameters, training["grad_clip_norm"])
                 if workspace.uv_head is not None:
                     workspace.uv_head.project_row()
                 if target is not None:
@@ -249,6 +247,17 @@ class FedAvg(Method):
             u1, u2 = (online["uv_projector"](h) for h in embedding["features"])
             loss = loss + self.config["uv_weight"] * workspace.uv_head.loss(u1, u2)
         return loss
+
+
+def sgd_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters: list[torch.Tensor],
+             grad_clip_norm: float) -> None:
+    """One optimiser step on ``loss``; the gradients' joint l2 norm first clipped to ``grad_clip_norm``
+    when it is positive (``training.grad_clip_norm``, as FedSC's reference code clips at 3)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(parameters, grad_clip_norm)
+    optimizer.step()
 
 
 @torch.no_grad()

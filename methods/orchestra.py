@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.base import ClientData, ClientUpload
-from methods.fedavg import FedAvg, Workspace, ema_update
+from methods.fedavg import FedAvg, Workspace, ema_update, sgd_step
 from methods.losses.orchestra_clustering import orchestra_clustering_loss
 from methods.losses.rotation import rotation_loss
 from methods.objectives import Objective, project
@@ -179,7 +179,8 @@ class Orchestra(FedAvg):
         online, target, device = workspace.online, workspace.target, workspace.device
         assigner = self.assignment_model(workspace)
         online.train()
-        optimizer = torch.optim.SGD(online.parameters(), lr=self.local_lr(ctx),
+        parameters = list(online.parameters())
+        optimizer = torch.optim.SGD(parameters, lr=self.local_lr(ctx),
                                     momentum=training["momentum"], weight_decay=training["weight_decay"])
         centroids = centroids.to(device)
         images = to_float(data.images.to(device))
@@ -203,9 +204,7 @@ class Orchestra(FedAvg):
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"round {ctx.round}, client {data.client_id}, method {self.name}: "
                                              f"loss is {loss.item()}")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                sgd_step(optimizer, loss, parameters, training["grad_clip_norm"])
                 if target is not None:
                     ema_update(target, online, self.config["target_momentum"])
                 memory.push(z_target)

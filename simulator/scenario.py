@@ -28,7 +28,8 @@ DEFAULTS: dict[str, Any] = {
     "model": {"encoder": "small_cnn", "norm": "group", "projector_dim": 128, "hidden_dim": 512},
     "method": {"name": "fedavg"},
     "training": {"rounds": 50, "local_epochs": 1, "batch_size": 32, "lr": 0.05,
-                 "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4},
+                 "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4,
+                 "grad_clip_norm": 0.0},
     "augment": {"crop_scale": [0.35, 1.0], "flip_prob": 0.5, "jitter_prob": 0.8,
                 "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0},
     "eval": {"enabled": True, "every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
@@ -47,7 +48,7 @@ POSITIVE = {"population.num_clients", "population.clients_per_round", "training.
             "partition.k", "partition.rotation_bins", "eval.train_subset", "eval.test_subset",
             "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr",
             "population.diurnal_period", "population.deadline_seconds"}
-NON_NEGATIVE = {"training.momentum", "training.weight_decay", "ray.worker.num_cpus",
+NON_NEGATIVE = {"training.momentum", "training.weight_decay", "training.grad_clip_norm", "ray.worker.num_cpus",
                 "ray.worker.num_gpus", "eval.knn_temperature", "augment.brightness",
                 "augment.contrast", "augment.saturation", "population.availability_spread",
                 "population.diurnal_amplitude", "population.over_selection"}

@@ -102,3 +102,19 @@ def test_non_finite_loss_names_round_client_and_method(synthetic_raw):
                              for k, v in broadcast["weights"].items()}}
     with pytest.raises(FloatingPointError, match=r"round 1, client 0, method fedavg/simclr: loss is nan"):
         method.client_update(workspace, broadcast, None, ClientData(0, DATA.train_x, DATA.train_y), ctx)
+
+
+@pytest.mark.parametrize("grad_clip_norm", [0.0, 1e-3])
+def test_grad_clip_norm_bounds_a_local_step(synthetic_raw, grad_clip_norm):
+    # one plain SGD step (a single batch, no momentum or weight decay, lr 1) moves the weights by
+    # the gradient itself: by exactly the clip norm when clipped, by much more when not
+    synthetic_raw["training"] = {"rounds": 2, "batch_size": 128, "lr": 1.0, "momentum": 0.0, "weight_decay": 0.0,
+                                 "grad_clip_norm": grad_clip_norm}
+    method, ctx = setup(synthetic_raw, objective="spectral")
+    _, broadcast, upload = one_client(method, ctx)
+    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    step = torch.cat([(new[k] - broadcast["weights"][k].float()).flatten() for k in new]).norm().item()
+    if grad_clip_norm:
+        assert step == pytest.approx(grad_clip_norm, rel=1e-3)
+    else:
+        assert step > 100 * 1e-3
