@@ -51,9 +51,13 @@ def by_scenario(runs: list[dict]) -> dict[str, list[dict]]:
     return groups
 
 
+def sample_std(values: list[float]) -> float:
+    """Sample standard deviation; 0 for a single value."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def mean_std(values: list[float]) -> str:
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{percent(statistics.mean(values))} ± {percent(spread)}"
+    return f"{percent(statistics.mean(values))} ± {percent(sample_std(values))}"
 
 
 def markdown_table(runs: list[dict]) -> str:
@@ -100,7 +104,7 @@ def paired_table(runs: list[dict], baseline: str) -> str:
         cells = []
         for key in FINALS:
             diffs = [100 * (run["final"][key] - other["final"][key]) for run, other in pairs]
-            spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            spread = sample_std(diffs)
             ahead = sum(d > 0 for d in diffs)
             cells.append(f"{statistics.mean(diffs):+.2f} ± {spread:.2f} (ahead on {ahead}/{len(diffs)})")
         seeds = ",".join(str(run["seed"]) for run, _ in sorted(pairs, key=lambda p: p[0]["seed"]))

@@ -21,8 +21,8 @@ RAW = {"name": "tiny-orchestra", "seed": 3, "dataset": {"name": "synthetic"},
        "training": {"rounds": 2, "batch_size": 8, "lr": 0.05}}
 
 
-def setup(**method):
-    raw = {**RAW, "method": {"name": "orchestra", "num_global_clusters": GLOBAL,
+def setup(training=None, **method):
+    raw = {**RAW, "training": {**RAW["training"], **(training or {})}, "method": {"name": "orchestra", "num_global_clusters": GLOBAL,
                              "num_local_clusters": LOCAL, "memory_size": 8, **method}}
     scenario = resolve(raw)
     return build_method(scenario, DataSpec(1, 28, 10, tuple(len(y) for _, y in CLIENTS))), scenario
@@ -111,6 +111,18 @@ def test_target_follows_the_ema_rule(after_setup, momentum):
         expected = broadcast["weights"][name] if momentum == 1.0 else new["online." + name[len("target."):]]
         assert torch.allclose(new[name], expected.float(), atol=1e-6), name
 
+
+
+def test_grad_clip_norm_bounds_the_local_step(after_setup):
+    # a single plain SGD step at lr 1 moves the online weights by the clipped gradient, of norm 1e-3
+    training = {"batch_size": 64, "lr": 1.0, "momentum": 0.0, "weight_decay": 0.0, "grad_clip_norm": 1e-3}
+    method, scenario = setup(training)
+    broadcast = method.broadcast(after_setup[2], context(scenario, 1))
+    upload = method.client_update(method.make_workspace(torch.device("cpu")), broadcast, None,
+                                  ClientData(1, *CLIENTS[1]), context(scenario, 1))
+    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    step = torch.cat([(new[k] - broadcast["weights"][k].float()).flatten() for k in new if k.startswith("online.")])
+    assert step.norm().item() == pytest.approx(1e-3, rel=1e-3)
 
 def test_client_with_fewer_samples_than_local_clusters(after_setup):
     method, scenario, state, _ = after_setup

@@ -102,7 +102,6 @@ def test_rounds_with_a_share_pass_through_ray(ray_session, synthetic_raw, tmp_pa
     assert m1[(2, "bytes_up/weights")] == m1[(1, "bytes_up/weights")]
 
 
-
 def test_sharing_from_a_later_round_through_ray(ray_session, synthetic_raw, tmp_path):
     """FedSC sharing from round 1 every 2nd round under DP: round 0 has no pass (no traffic), rounds
     1 and 3 upload matrices, round 2 only trains, and the spent epsilon stays within the target."""
