@@ -75,6 +75,12 @@ def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, scenario: Mapping
     return metrics
 
 
+def evaluate_encoders(encoders: Mapping[str, torch.nn.Module], data: EvalData, scenario: Mapping[str, Any]
+                      ) -> dict[str, dict[str, float]]:
+    """:func:`evaluate_encoder` of each labelled encoder."""
+    return {label: evaluate_encoder(encoder, data, scenario) for label, encoder in encoders.items()}
+
+
 def summarize_evaluations(evaluations: dict[str, dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
     """(overall metrics, every metric to log) from the metrics of each evaluated encoder.
 

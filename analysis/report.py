@@ -25,18 +25,23 @@ def read_run(run_dir: Path) -> dict:
 
 
 def final_group_means(metrics_path: Path) -> dict[str, dict[str, float]]:
-    """The last evaluation's per-group means, ``eval/<group>/<metric>_mean`` in ``metrics.parquet``
-    (logged when per-client encoders are evaluated, e.g. Hetero-SSFL's tiers); {} if there are none."""
+    """The last evaluation's per-group means in ``metrics.parquet`` (see :func:`group_means`)."""
     if not metrics_path.exists():
         return {}
     rows = [row for row in pq.read_table(metrics_path, columns=["round", "name", "value"]).to_pylist()
-            if row["name"].startswith("eval/") and row["name"].endswith("_mean") and row["name"].count("/") == 2]
-    groups: dict[str, dict[str, float]] = defaultdict(dict)
+            if row["name"].startswith("eval/")]
     last = max((row["round"] for row in rows), default=None)
-    for row in rows:
-        if row["round"] == last:
-            group, metric = row["name"].removeprefix("eval/").removesuffix("_mean").split("/")
-            groups[group][metric] = row["value"]
+    return group_means({row["name"]: row["value"] for row in rows if row["round"] == last})
+
+
+def group_means(logged: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per-group means ``eval/<group>/<metric>_mean`` of one evaluation's logged metrics (logged when
+    per-client encoders are evaluated, e.g. Hetero-SSFL's tiers) as {group: {metric: value}}."""
+    groups: dict[str, dict[str, float]] = defaultdict(dict)
+    for name, value in logged.items():
+        if name.startswith("eval/") and name.endswith("_mean") and name.count("/") == 2:
+            group, metric = name.removeprefix("eval/").removesuffix("_mean").split("/")
+            groups[group][metric] = value
     return dict(groups)
 
 

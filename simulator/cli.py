@@ -1,4 +1,4 @@
-"""``fedssl``: run or validate a scenario, sweep or benchmark it, or tabulate finished runs.
+"""``fedssl``: run or validate a scenario, sweep or benchmark it, tabulate finished runs or evaluate them again.
 
 Bad input (an invalid scenario, missing data, an impossible partition, a used output directory)
 prints one line ``fedssl: error: ...`` and exits with code 2, before anything is written.
@@ -34,21 +34,35 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("benchmark", help="the simulator's throughput against a plain training loop")
     bench.add_argument("scenario", help="scenario YAML file")
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    report = sub.add_parser("report", help="table of finished runs (mean ± std over seeds, per-seed rows)")
-    report.add_argument("runs", nargs="+", help="run directories")
-    report.add_argument("--baseline", metavar="NAME",
-                        help="also print each scenario minus this scenario, paired by seed")
+    for name, text, runs_help in (
+            ("report", "table of finished runs (mean ± std over seeds, per-seed rows)", "run directories"),
+            ("evaluate", "evaluate finished runs again with other eval settings; the same table",
+             "run directories (their round-0 and newest-checkpoint encoders)")):
+        table = sub.add_parser(name, help=text)
+        table.add_argument("runs", nargs="+", help=runs_help)
+        table.add_argument("--baseline", metavar="NAME",
+                           help="also print each scenario minus this scenario, paired by seed")
+        if name == "evaluate":
+            table.add_argument("--set", dest="overrides", action="append", default=[], metavar="eval.KEY=VALUE",
+                               help="change an evaluation setting, e.g. --set eval.train_subset=null (repeatable)")
     return p
 
 
-def report(run_dirs: list[str], baseline: str | None) -> int:
+def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | None = None) -> int:
+    """``fedssl report`` (the runs' own numbers) or, with ``overrides`` given, ``fedssl evaluate``."""
     from pathlib import Path
 
     from analysis.report import markdown_table, paired_table, read_run
+    from simulator.data.datasets import DatasetUnavailable
     try:
-        runs = [read_run(Path(d)) for d in run_dirs]
+        if overrides is None:
+            runs = [read_run(Path(d)) for d in run_dirs]
+        else:
+            from analysis.reevaluate import evaluate_run, evaluation_overrides
+            evaluation_overrides(overrides)
+            runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
         tables = [markdown_table(runs)] + ([paired_table(runs, baseline)] if baseline else [])
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, DatasetUnavailable) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
     print("\n".join(tables), end="")
@@ -97,8 +111,8 @@ def check_data(scenario: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "report":
-        return report(args.runs, args.baseline)
+    if args.command in ("report", "evaluate"):
+        return report(args.runs, args.baseline, args.overrides if args.command == "evaluate" else None)
     from simulator.data.datasets import DatasetUnavailable
     if args.command in ("sweep", "benchmark"):
         return study(args)

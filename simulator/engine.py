@@ -16,7 +16,7 @@ import ray
 import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from analysis.monitor import evaluate_encoder, load_eval_data
+from analysis.monitor import evaluate_encoders, load_eval_data
 from methods import build_method
 from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
@@ -139,8 +139,7 @@ class EvaluatorActor:
         self.data = load_eval_data(scenario)
 
     def evaluate(self, encoders: dict[str, torch.nn.Module]) -> dict[str, dict[str, float]]:
-        return {label: evaluate_encoder(encoder, self.data, self.scenario)
-                for label, encoder in encoders.items()}
+        return evaluate_encoders(encoders, self.data, self.scenario)
 
     def memory(self) -> dict[str, float]:
         return memory_mb()

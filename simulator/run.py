@@ -44,6 +44,12 @@ def prepare_partition(scenario: dict[str, Any]) -> Path:
     return directory
 
 
+def data_spec(partition_dir: Path) -> DataSpec:
+    """What a method needs to know about the data, read from the partition on disk."""
+    reader = PartitionReader(partition_dir)
+    return DataSpec(reader.channels, reader.image_size, reader.num_classes, tuple(int(s) for s in reader.sizes))
+
+
 class Progress:
     """One line per round on stderr (rewritten in place on a terminal)."""
 
@@ -86,9 +92,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         if "error" in prepared:
             raise prepared["error"]
         partition_dir = prepared["dir"]
-        reader = PartitionReader(partition_dir)
-        spec = DataSpec(reader.channels, reader.image_size, reader.num_classes,
-                        tuple(int(s) for s in reader.sizes))
+        spec = data_spec(partition_dir)
         run_dir = Path(resume_dir) if resume_dir else new_run_dir(out, scenario)
         client_state_dir = run_dir / "client_state" if METHODS[scenario["method"]["name"]].stateful_clients else None
         federation.setup(spec, str(partition_dir), str(client_state_dir) if client_state_dir else None)

@@ -15,9 +15,9 @@ def ray_session():
     ray.shutdown()
 
 
-@pytest.fixture
-def synthetic_raw(tmp_path):
-    """A tiny synthetic FedAvg+SimCLR scenario (raw dict, before defaults), fast on 2 cores."""
+def tiny_scenario(tmp_path):
+    """A tiny synthetic FedAvg+SimCLR scenario (raw dict, before defaults) writing under ``tmp_path``,
+    fast on 2 cores."""
     return {
         "name": "tiny", "seed": 3,
         "dataset": {"name": "synthetic", "cache_dir": str(tmp_path / "cache")},
@@ -30,3 +30,9 @@ def synthetic_raw(tmp_path):
         "ray": {"num_workers": 2},
         "output": {"dir": str(tmp_path / "runs")},
     }
+
+
+@pytest.fixture
+def synthetic_raw(tmp_path):
+    """:func:`tiny_scenario` in the test's own directory."""
+    return tiny_scenario(tmp_path)

@@ -1,0 +1,62 @@
+"""Evaluate a finished (or interrupted) run again under another evaluation protocol, in-process.
+
+``fedssl evaluate RUN_DIR... --set eval.KEY=VALUE`` rebuilds the run's round-0 encoders from its
+seed and its newest checkpoint's encoders, and evaluates both with the run's scenario whose ``eval``
+section the overrides change (e.g. ``eval.train_subset=null`` for the whole training set as the kNN
+bank and probe set). Nothing is written into the run directory. With no override the numbers are
+those the run itself logged: evaluation is single-threaded there and here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from analysis.monitor import evaluate_encoders, load_eval_data, summarize_evaluations
+from analysis.report import group_means
+from methods import build_method
+from simulator.client_store import loads
+from simulator.federation import Server
+from simulator.run import data_spec, prepare_partition
+from simulator.runlog import latest_checkpoint
+from simulator.scenario import load_scenario
+
+
+def evaluation_overrides(overrides: list[str]) -> list[str]:
+    """The overrides, if each changes an ``eval.`` key; raises ValueError otherwise."""
+    for item in overrides:
+        if not item.startswith("eval."):
+            raise ValueError(f"--set {item}: only eval.* keys can change when evaluating a finished run")
+    return overrides
+
+
+def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
+    """The run's initial (round 0) and final (newest checkpoint) metrics under the changed protocol,
+    as :func:`analysis.report.read_run` gives them (``rounds_completed``: the checkpoint's round,
+    ``wall_seconds``: the run's time up to it). Raises ValueError for a directory with no checkpoint."""
+    if not (run_dir / "scenario.yaml").exists():
+        raise ValueError(f"{run_dir}: not a run directory (no scenario.yaml)")
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise ValueError(f"{run_dir}: no checkpoint to evaluate (the run stopped before its first)")
+    scenario = load_scenario(run_dir / "scenario.yaml", evaluation_overrides(list(overrides)))
+    saved = torch.load(checkpoint / "state.pt", weights_only=False)
+    server = Server(build_method(scenario, data_spec(prepare_partition(scenario))))
+
+    def load_client_state(cid: int):
+        path = checkpoint / "client_state" / f"client_{cid:06d}.pt"
+        return loads(path.read_bytes()) if path.exists() else None
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the run's evaluator, so that unchanged settings give its numbers
+    try:
+        data = load_eval_data(scenario)
+        initial, _ = summarize_evaluations(evaluate_encoders(server.eval_encoders(lambda cid: None), data, scenario))
+        server.state = saved["state"]
+        final, logged = summarize_evaluations(evaluate_encoders(server.eval_encoders(load_client_state), data, scenario))
+    finally:
+        torch.set_num_threads(threads)
+    return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], "initial": initial,
+            "final": final, "rounds_completed": saved["round"], "wall_seconds": saved["elapsed"],
+            "groups": group_means(logged)}
+
