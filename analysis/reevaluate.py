@@ -51,9 +51,10 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     torch.set_num_threads(1)  # as the run's evaluator, so that unchanged settings give its numbers
     try:
         data = load_eval_data(scenario)
-        initial, _ = summarize_evaluations(evaluate_encoders(server.eval_encoders(lambda cid: None), data, scenario))
+        evaluate = lambda load: summarize_evaluations(evaluate_encoders(server.eval_encoders(load), data, scenario))
+        initial, _ = evaluate(lambda cid: None)
         server.state = saved["state"]
-        final, logged = summarize_evaluations(evaluate_encoders(server.eval_encoders(load_client_state), data, scenario))
+        final, logged = evaluate(load_client_state)
     finally:
         torch.set_num_threads(threads)
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], "initial": initial,
