@@ -210,7 +210,8 @@ class RayFederation:
         """One pass of the cohort: client steps on the workers, then the server step.
 
         A share whose worker dies (killed process, out of memory, lost node) is simulated again on
-        a new worker; client randomness and exact sums make the result the same as without fault.
+        a new worker; client randomness and exact sums make the result the same as without fault,
+        and the client-state store takes the pass's states only once every share has returned.
         """
         in_pool = {name: [i for i, p in enumerate(self.worker_pool) if p == name] for name in self.pools}
         routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.method.client_pool,
@@ -240,6 +241,8 @@ class RayFederation:
             for i in failed:
                 self.replace_worker(worker_of[i])
                 submitted[i] = submit(i)
+        if self.store is not None:
+            ray.get(self.store.commit.remote())
         return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
 
     def peak_memory_mb(self) -> dict[str, float]:

@@ -106,6 +106,7 @@ def test_client_model_survives_rounds_and_worker_restarts(synthetic_raw, tmp_pat
     fed.round(2, (0, 1))
     store = ClientStateStore(tmp_path / "store")
     store.put({cid: dumps(state) for cid, state in fed.states.items()})
+    store.commit()
     stored = {cid: loads(blob) for cid, blob in store.get(list(range(NUM_CLIENTS))).items()}
     initial = method.flat_state(*method.client_networks(method.client_tier[0], 0))
     trained = stored[0]["networks"]
@@ -139,7 +140,8 @@ def test_store_does_not_grow_across_rounds(synthetic_raw, tmp_path):
     for r, cohort in ((1, range(NUM_CLIENTS)), (2, (0, 1)), (3, (2, 3)), (4, (0, 3))):
         result, _, _ = fed.round(r, cohort)
         store.put({cid: dumps(state) for cid, state in result.client_states.items()})
-        sizes.append((len(list((tmp_path / "store").iterdir())), store.nbytes()))
+        store.commit()
+        sizes.append((len(list((tmp_path / "store").glob("client_*.pt"))), store.nbytes()))
     assert sizes == [sizes[0]] * 4 and sizes[0][0] == NUM_CLIENTS
 
 

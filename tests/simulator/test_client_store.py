@@ -7,11 +7,25 @@ def test_states_round_trip_and_overwrite_without_growth(tmp_path):
     store = ClientStateStore(tmp_path / "s")
     assert store.get([1, 2]) == {}
     store.put({1: dumps({"w": torch.ones(3)}), 2: dumps({"w": torch.zeros(3)})})
+    store.commit()
     got = {cid: loads(blob) for cid, blob in store.get([1, 2, 3]).items()}
     assert sorted(got) == [1, 2] and torch.equal(got[1]["w"], torch.ones(3))
     size = store.nbytes()
     for step in range(5):
         store.put({1: dumps({"w": torch.full((3,), float(step))})})
+        store.commit()
     assert store.nbytes() == size
     assert torch.equal(loads(store.get([1])[1])["w"], torch.full((3,), 4.0))
-    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["client_000001.pt", "client_000002.pt"]
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["client_000001.pt", "client_000002.pt", "staged"]
+
+
+def test_a_put_is_read_back_only_after_commit_and_a_second_put_replaces_it(tmp_path):
+    store = ClientStateStore(tmp_path / "s")
+    store.put({1: dumps({"w": torch.zeros(3)})})
+    store.commit()
+    store.put({1: dumps({"w": torch.ones(3)})})  # a worker that then dies: not committed
+    assert torch.equal(loads(store.get([1])[1])["w"], torch.zeros(3))
+    store.put({1: dumps({"w": torch.full((3,), 2.0)})})  # the client simulated again
+    store.commit()
+    assert torch.equal(loads(store.get([1])[1])["w"], torch.full((3,), 2.0))
+    assert not list((tmp_path / "s" / "staged").iterdir())

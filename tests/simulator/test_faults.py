@@ -1,5 +1,7 @@
 """Real faults: a worker process killed mid-round, a driver killed and resumed."""
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,20 +12,17 @@ import pyarrow.parquet as pq
 import torch
 import yaml
 
-from methods.base import DataSpec
 from simulator.context import RoundContext, freeze
-from simulator.data.store import PartitionReader
 from simulator.federation import sample_cohort
-from simulator.run import prepare_partition, run_scenario
+from simulator.run import data_spec, prepare_partition, run_scenario
 from simulator.scenario import resolve
 
 
 def federation_states(scenario, rounds, kill_worker_in_round=None):
     from simulator.engine import RayFederation
-    reader = PartitionReader(prepare_partition(scenario))
-    spec = DataSpec(reader.channels, reader.image_size, reader.num_classes, tuple(int(s) for s in reader.sizes))
+    partition_dir = prepare_partition(scenario)
     federation = RayFederation(scenario)
-    federation.setup(spec, str(reader.directory), None)
+    federation.setup(data_spec(partition_dir), str(partition_dir), None)
     try:
         for r in range(1, rounds + 1):
             _, cohort = sample_cohort(scenario["seed"], r, 8, 4)
@@ -49,6 +48,61 @@ def test_killed_worker_gives_the_fault_free_result(ray_session, synthetic_raw):
     assert no_restarts == 0 and restarts == 1
     for name in clean:
         assert torch.equal(clean[name], faulty[name]), name
+
+
+def hetero_states_after_3_rounds(scenario, store_dir, kill_after_store_in_round=None):
+    """(the clients' stored states, the server state, worker restarts) of 3 rounds of a stateful-client
+    method on one worker; in ``kill_after_store_in_round`` the store kills the worker as soon as
+    the worker's put of its clients' new states has been written."""
+    import ray
+
+    from simulator import engine
+    from simulator.client_store import ClientStateStore, loads
+
+    class StoreKillingItsCaller(ClientStateStore):  # local, so that Ray ships it by value
+        victim = None
+
+        def arm(self, pid):
+            self.victim = pid
+
+        def put(self, states):
+            super().put(states)
+            if self.victim is not None:
+                os.kill(self.victim, signal.SIGKILL)
+                self.victim = None
+
+    federation = engine.RayFederation(scenario)
+    killing = engine.StoreActor
+    engine.StoreActor = ray.remote(StoreKillingItsCaller)
+    try:
+        federation.setup(data_spec(prepare_partition(scenario)), str(prepare_partition(scenario)), str(store_dir))
+    finally:
+        engine.StoreActor = killing
+    try:
+        for r in (1, 2, 3):
+            _, cohort = sample_cohort(scenario["seed"], r, 4, 2)
+            if r == kill_after_store_in_round:
+                ray.get(federation.store.arm.remote(ray.get(federation.workers[0].pid.remote())))
+            federation.run_round(RoundContext(r, 3, cohort, scenario["seed"], freeze(scenario)))
+        stored = ray.get(federation.store.get.remote([0, 1, 2, 3]))
+        return ({cid: loads(blob)["networks"] for cid, blob in stored.items()}, federation.state(),
+                federation.worker_restarts)
+    finally:
+        federation.shutdown()
+
+
+def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(ray_session, synthetic_raw, tmp_path):
+    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2}, "ray": {"num_workers": 1},
+           "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8}, "eval": {"test_subset": 300}}
+    scenario = resolve(raw)
+    clean, clean_server, no_restarts = hetero_states_after_3_rounds(scenario, tmp_path / "clean")
+    faulty, faulty_server, restarts = hetero_states_after_3_rounds(scenario, tmp_path / "faulty", 2)
+    assert no_restarts == 0 and restarts == 1
+    assert sorted(clean) == sorted(faulty) and len(clean) >= 3
+    for cid in clean:
+        for name in clean[cid]:
+            assert torch.equal(clean[cid][name], faulty[cid][name]), (cid, name)
+    assert torch.equal(clean_server["kernel_sum"], faulty_server["kernel_sum"])
 
 
 def metrics_without_timing(run_dir):
@@ -84,6 +138,27 @@ def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, syntheti
     final_resumed = torch.load(run_dir / "checkpoints" / "round_00006" / "state.pt", weights_only=False)
     for name, value in final_clean["state"]["weights"].items():
         assert torch.equal(value, final_resumed["state"]["weights"][name])
+
+
+def test_stateful_clients_resume_from_the_checkpointed_store(ray_session, synthetic_raw, tmp_path):
+    """A run killed after round 4 (its store already at round 4, no summary) resumes from the round-2
+    checkpoint and ends as the uninterrupted run: the store is reset to the checkpoint's snapshot."""
+    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
+           "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8},
+           "training": {**synthetic_raw["training"], "rounds": 4}, "eval": {"every": 4, "test_subset": 300},
+           "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
+    reference, _ = run_scenario(resolve(raw), str(tmp_path / "reference"), progress=False)
+    killed = tmp_path / "killed"
+    shutil.copytree(reference, killed)
+    (killed / "summary.json").unlink()
+    shutil.rmtree(killed / "checkpoints" / "round_00004")
+    _, summary = run_scenario(resolve(raw), progress=False, resume_dir=str(killed))
+    assert summary["final"] == json.loads((reference / "summary.json").read_text())["final"]
+    for path in sorted((reference / "client_state").glob("client_*.pt")):
+        clean = torch.load(path, weights_only=False)["networks"]
+        resumed = torch.load(killed / "client_state" / path.name, weights_only=False)["networks"]
+        assert all(torch.equal(clean[name], resumed[name]) for name in clean), path.name
+    assert not list((killed / "client_state" / "staged").iterdir())
 
 
 def test_resume_refuses_a_finished_run(ray_session, synthetic_raw, tmp_path, capsys):
