@@ -42,14 +42,21 @@ def parser() -> argparse.ArgumentParser:
         table.add_argument("runs", nargs="+", help=runs_help)
         table.add_argument("--baseline", metavar="NAME",
                            help="also print each scenario minus this scenario, paired by seed")
+        if name == "report":
+            table.add_argument("--plot", metavar="DIR",
+                               help="also write learning curves (mean ± std over seeds) to DIR: PNGs, curves.parquet")
+            table.add_argument("--metric", dest="metrics", action="append", metavar="NAME",
+                               help="a metrics.parquet name to plot (repeatable; default: kNN, linear probe, loss)")
         if name == "evaluate":
             table.add_argument("--set", dest="overrides", action="append", default=[], metavar="eval.KEY=VALUE",
                                help="change an evaluation setting, e.g. --set eval.train_subset=null (repeatable)")
     return p
 
 
-def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | None = None) -> int:
-    """``fedssl report`` (the runs' own numbers) or, with ``overrides`` given, ``fedssl evaluate``."""
+def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | None = None,
+           plot: str | None = None, metrics: list[str] | None = None) -> int:
+    """``fedssl report`` (the runs' own numbers, and their learning curves in ``plot``) or, with
+    ``overrides`` given, ``fedssl evaluate``."""
     from pathlib import Path
 
     from analysis.report import markdown_table, paired_table, read_run
@@ -62,6 +69,10 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
             evaluation_overrides(overrides)
             runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
         tables = [markdown_table(runs)] + ([paired_table(runs, baseline)] if baseline else [])
+        if plot:
+            from analysis.curves import DEFAULT_METRICS, learning_curves, write_curves
+            paths = write_curves(learning_curves(runs, tuple(metrics or DEFAULT_METRICS)), Path(plot))
+            tables.append("curves: " + ", ".join(str(p) for p in paths) + "\n")
     except (ValueError, OSError, DatasetUnavailable) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
@@ -111,8 +122,10 @@ def check_data(scenario: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command in ("report", "evaluate"):
-        return report(args.runs, args.baseline, args.overrides if args.command == "evaluate" else None)
+    if args.command == "report":
+        return report(args.runs, args.baseline, plot=args.plot, metrics=args.metrics)
+    if args.command == "evaluate":
+        return report(args.runs, args.baseline, args.overrides)
     from simulator.data.datasets import DatasetUnavailable
     if args.command in ("sweep", "benchmark"):
         return study(args)

@@ -1,0 +1,48 @@
+"""Learning curves of finished runs: mean ± std over seeds per round, Parquet and PNGs read back."""
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.curves import learning_curves, write_curves
+from analysis.report import read_run
+from simulator.cli import main
+from tests.analysis.test_report import fake_run, write_metrics
+
+
+def runs_with_curves(tmp_path):
+    a0, a1, b0 = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7), fake_run(tmp_path, "b", 0, 0.7)
+    write_metrics(a0, [(0, "eval/knn_top1", 0.50), (2, "eval/knn_top1", 0.60), (4, "eval/knn_top1", 0.70),
+                       (1, "train/loss", 3.0), (2, "train/loss", 2.0)])
+    write_metrics(a1, [(0, "eval/knn_top1", 0.52), (2, "eval/knn_top1", 0.64),  # no round 4
+                       (1, "train/loss", 5.0), (2, "train/loss", 4.0)])
+    write_metrics(b0, [(0, "eval/knn_top1", 0.40), (4, "eval/knn_top1", 0.80), (1, "train/loss", 1.0)])
+    return [read_run(d) for d in (a0, a1, b0)]
+
+
+def test_curves_average_the_seeds_at_rounds_every_seed_logged(tmp_path):
+    rows = learning_curves(runs_with_curves(tmp_path), ("eval/knn_top1", "train/loss"))
+    knn_a = [(r["round"], r["mean"], r["std"], r["seeds"]) for r in rows
+             if r["scenario"] == "a" and r["metric"] == "eval/knn_top1"]
+    assert [k[0] for k in knn_a] == [0, 2] and [k[3] for k in knn_a] == [2, 2]
+    assert knn_a[0][1] == pytest.approx(0.51) and knn_a[0][2] == pytest.approx(0.02 / 2 ** 0.5)
+    assert knn_a[1][1] == pytest.approx(0.62) and knn_a[1][2] == pytest.approx(0.04 / 2 ** 0.5)
+    knn_b = [(r["round"], r["mean"], r["std"]) for r in rows if r["scenario"] == "b" and r["metric"] == "eval/knn_top1"]
+    assert knn_b == [(0, 0.40, 0.0), (4, 0.80, 0.0)]
+    loss_a = [(r["round"], r["mean"]) for r in rows if r["scenario"] == "a" and r["metric"] == "train/loss"]
+    assert loss_a == [(1, 4.0), (2, 3.0)]
+
+
+def test_curves_parquet_and_one_png_per_metric_are_written(tmp_path):
+    rows = learning_curves(runs_with_curves(tmp_path), ("eval/knn_top1", "train/loss"))
+    paths = write_curves(rows, tmp_path / "plots")
+    assert [p.name for p in paths] == ["eval_knn_top1.png", "train_loss.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+    assert pq.read_table(tmp_path / "plots" / "curves.parquet").to_pylist() == rows
+
+
+def test_report_plot_from_the_command_line(tmp_path, capsys):
+    dirs = [r["dir"] for r in runs_with_curves(tmp_path)]
+    assert main(["report", *dirs, "--plot", str(tmp_path / "plots"), "--metric", "train/loss"]) == 0
+    assert f"curves: {tmp_path / 'plots' / 'train_loss.png'}" in capsys.readouterr().out
+    assert main(["report", *dirs, "--plot", str(tmp_path / "plots"), "--metric", "eval/nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedssl: error: --metric eval/nope: no run logged it") and err.count("\n") == 1
