@@ -65,8 +65,7 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
         if overrides is None:
             runs = [read_run(Path(d)) for d in run_dirs]
         else:
-            from analysis.reevaluate import evaluate_run, evaluation_overrides
-            evaluation_overrides(overrides)
+            from analysis.reevaluate import evaluate_run
             runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
         tables = [markdown_table(runs)] + ([paired_table(runs, baseline)] if baseline else [])
         if plot:

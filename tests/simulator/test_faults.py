@@ -50,7 +50,7 @@ def test_killed_worker_gives_the_fault_free_result(ray_session, synthetic_raw):
         assert torch.equal(clean[name], faulty[name]), name
 
 
-def hetero_states_after_3_rounds(scenario, store_dir, kill_after_store_in_round=None):
+def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_store_in_round=None):
     """(the clients' stored states, the server state, worker restarts) of 3 rounds of a stateful-client
     method on one worker; in ``kill_after_store_in_round`` the store kills the worker as soon as
     the worker's put of its clients' new states has been written."""
@@ -71,13 +71,10 @@ def hetero_states_after_3_rounds(scenario, store_dir, kill_after_store_in_round=
                 os.kill(self.victim, signal.SIGKILL)
                 self.victim = None
 
+    monkeypatch.setattr(engine, "StoreActor", ray.remote(StoreKillingItsCaller))
+    partition_dir = prepare_partition(scenario)
     federation = engine.RayFederation(scenario)
-    killing = engine.StoreActor
-    engine.StoreActor = ray.remote(StoreKillingItsCaller)
-    try:
-        federation.setup(data_spec(prepare_partition(scenario)), str(prepare_partition(scenario)), str(store_dir))
-    finally:
-        engine.StoreActor = killing
+    federation.setup(data_spec(partition_dir), str(partition_dir), str(store_dir))
     try:
         for r in (1, 2, 3):
             _, cohort = sample_cohort(scenario["seed"], r, 4, 2)
@@ -91,12 +88,13 @@ def hetero_states_after_3_rounds(scenario, store_dir, kill_after_store_in_round=
         federation.shutdown()
 
 
-def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(ray_session, synthetic_raw, tmp_path):
+def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(ray_session, synthetic_raw, tmp_path,
+                                                                              monkeypatch):
     raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2}, "ray": {"num_workers": 1},
            "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8}, "eval": {"test_subset": 300}}
     scenario = resolve(raw)
-    clean, clean_server, no_restarts = hetero_states_after_3_rounds(scenario, tmp_path / "clean")
-    faulty, faulty_server, restarts = hetero_states_after_3_rounds(scenario, tmp_path / "faulty", 2)
+    clean, clean_server, no_restarts = hetero_states_after_3_rounds(scenario, tmp_path / "clean", monkeypatch)
+    faulty, faulty_server, restarts = hetero_states_after_3_rounds(scenario, tmp_path / "faulty", monkeypatch, 2)
     assert no_restarts == 0 and restarts == 1
     assert sorted(clean) == sorted(faulty) and len(clean) >= 3
     for cid in clean:
