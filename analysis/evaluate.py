@@ -6,17 +6,18 @@ from torch import Tensor, nn
 
 
 @torch.no_grad()
-def extract_features(encoder: nn.Module, images_uint8: Tensor, batch_size: int = 1024) -> Tensor:
-    """Encode uint8 images with ``encoder`` in eval mode.
+def extract_features(encoder: nn.Module, inputs: Tensor, batch_size: int = 1024) -> Tensor:
+    """Encode uint8 images (or float features, e.g. for a projector head) with ``encoder`` in eval mode.
 
-    Each batch is converted with ``x.float() / 255`` (encoders take [0, 1] input) and moved to the
-    device of the encoder's parameters (CPU for a parameter-free encoder). The encoder's previous
-    train/eval mode is restored afterwards.
+    Each batch of uint8 images is converted with ``x.float() / 255`` (encoders take [0, 1] input);
+    float inputs are passed as they are. Batches are moved to the device of the encoder's
+    parameters (CPU for a parameter-free encoder). The encoder's previous train/eval mode is
+    restored afterwards.
 
     Args:
-        encoder: maps a float batch [B, C, H, W] in [0, 1] to features [B, D] (or [B, D, 1, 1]).
-        images_uint8: images, shape [N, C, H, W], dtype uint8.
-        batch_size: images per forward pass.
+        encoder: maps a float batch [B, C, H, W] in [0, 1] (or [B, D_in]) to features [B, D] (or [B, D, 1, 1]).
+        inputs: images, shape [N, C, H, W], dtype uint8, or float features [N, D_in].
+        batch_size: rows per forward pass.
 
     Returns:
         float32 features of shape [N, D] on the CPU.
@@ -26,8 +27,9 @@ def extract_features(encoder: nn.Module, images_uint8: Tensor, batch_size: int =
     encoder.eval()
     try:
         features = [
-            encoder(batch.to(device).float() / 255).flatten(1).float().cpu()
-            for batch in images_uint8.split(batch_size)
+            encoder(batch.to(device).float() / 255 if batch.dtype == torch.uint8 else batch.to(device))
+            .flatten(1).float().cpu()
+            for batch in inputs.split(batch_size)
         ]
     finally:
         encoder.train(was_training)

@@ -54,19 +54,26 @@ def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
 ALIGN_UNIFORM_IMAGES = 2000
 
 
-def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, scenario: Mapping[str, Any]) -> dict[str, float]:
-    """kNN (k, temperature from the scenario) and linear-probe top-1 on backbone features; Orchestra's
-    unsupervised score Align + 0.2 Unif (``analysis.align_uniform``) on 2,000 train images without
-    their labels, under the scenario's augmentations; with labelled samples (semi-supervised runs),
-    also ``labelled_linear_top1``: a probe trained on them alone (Louizos et al. 2024, section 2.2)."""
-    eval_cfg = scenario["eval"]
+def evaluate_network(network: torch.nn.ModuleDict, data: EvalData, scenario: Mapping[str, Any]
+                     ) -> dict[str, float]:
+    """kNN (k, temperature from the scenario) and linear-probe top-1 on the backbone features of
+    ``network["encoder"]``; with a ``network["projector"]``, ``knn_projector_top1``: the same kNN on
+    the projector's output, as the FedSC reference code's kNN monitor measures it (Jing et al. 2024,
+    Fig. 2); Orchestra's unsupervised score Align + 0.2 Unif (``analysis.align_uniform``) on 2,000
+    train images without their labels, under the scenario's augmentations; with labelled samples
+    (semi-supervised runs), also ``labelled_linear_top1``: a probe trained on them alone (Louizos et
+    al. 2024, section 2.2)."""
+    eval_cfg, encoder = scenario["eval"], network["encoder"]
     train_f = extract_features(encoder, data.train_x)
     test_f = extract_features(encoder, data.test_x)
     probe = lambda features, labels: linear_probe_top1(features, labels, test_f, data.test_y, data.num_classes,
                                                        max_iter=eval_cfg["probe_iterations"])
-    metrics = {"knn_top1": knn_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
-                                    k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"]),
-               "linear_top1": probe(train_f, data.train_y)}
+    knn = lambda train, test: knn_top1(train, data.train_y, test, data.test_y, data.num_classes,
+                                       k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"])
+    metrics = {"knn_top1": knn(train_f, test_f), "linear_top1": probe(train_f, data.train_y)}
+    if "projector" in network:
+        project = lambda features: extract_features(network["projector"], features)
+        metrics["knn_projector_top1"] = knn(project(train_f), project(test_f))
     if data.labelled_x is not None:
         metrics["labelled_linear_top1"] = probe(extract_features(encoder, data.labelled_x), data.labelled_y)
     augment = BatchAugment(AugmentConfig.from_scenario(scenario["augment"]))
@@ -75,10 +82,10 @@ def evaluate_encoder(encoder: torch.nn.Module, data: EvalData, scenario: Mapping
     return metrics
 
 
-def evaluate_encoders(encoders: Mapping[str, torch.nn.Module], data: EvalData, scenario: Mapping[str, Any]
+def evaluate_networks(networks: Mapping[str, torch.nn.ModuleDict], data: EvalData, scenario: Mapping[str, Any]
                       ) -> dict[str, dict[str, float]]:
-    """:func:`evaluate_encoder` of each labelled encoder."""
-    return {label: evaluate_encoder(encoder, data, scenario) for label, encoder in encoders.items()}
+    """:func:`evaluate_network` of each labelled network."""
+    return {label: evaluate_network(network, data, scenario) for label, network in networks.items()}
 
 
 def summarize_evaluations(evaluations: dict[str, dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:

@@ -1,7 +1,7 @@
 """Evaluate a finished (or interrupted) run again under another evaluation protocol, in-process.
 
-``fedssl evaluate RUN_DIR... --set eval.KEY=VALUE`` rebuilds the run's round-0 encoders from its
-seed and its newest checkpoint's encoders, and evaluates both with the run's scenario whose ``eval``
+``fedssl evaluate RUN_DIR... --set eval.KEY=VALUE`` rebuilds the run's round-0 networks from its
+seed and its newest checkpoint's networks, and evaluates both with the run's scenario whose ``eval``
 section the overrides change (e.g. ``eval.train_subset=null`` for the whole training set as the kNN
 bank and probe set). Nothing is written into the run directory. With no override the numbers are
 those the run itself logged: evaluation is single-threaded there and here.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from analysis.monitor import evaluate_encoders, load_eval_data, summarize_evaluations
+from analysis.monitor import evaluate_networks, load_eval_data, summarize_evaluations
 from analysis.report import group_means
 from methods import build_method
 from simulator.client_store import loads
@@ -51,7 +51,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     torch.set_num_threads(1)  # as the run's evaluator, so that unchanged settings give its numbers
     try:
         data = load_eval_data(scenario)
-        evaluate = lambda load: summarize_evaluations(evaluate_encoders(server.eval_encoders(load), data, scenario))
+        evaluate = lambda load: summarize_evaluations(evaluate_networks(server.eval_networks(load), data, scenario))
         initial, _ = evaluate(lambda cid: None)
         server.state = saved["state"]
         final, logged = evaluate(load_client_state)

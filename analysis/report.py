@@ -9,8 +9,20 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-COLUMNS = (("initial", "knn_top1"), ("initial", "linear_top1"), ("final", "knn_top1"), ("final", "linear_top1"))
-FINALS = tuple(key for section, key in COLUMNS if section == "final")
+METRICS = ("knn_top1", "linear_top1")
+# Shown when every run has it (runs whose networks have a projector, logged since it was added).
+OPTIONAL_METRICS = ("knn_projector_top1",)
+
+
+def shown_metrics(runs: list[dict]) -> tuple[str, ...]:
+    """The metrics of the tables: :data:`METRICS` and the optional ones every run has, initial and final."""
+    return METRICS + tuple(m for m in OPTIONAL_METRICS
+                           if all(m in run["initial"] and m in run["final"] for run in runs))
+
+
+def columns(runs: list[dict]) -> tuple[tuple[str, str], ...]:
+    metrics = shown_metrics(runs)
+    return tuple((section, key) for section in ("initial", "final") for key in metrics)
 
 
 def read_run(run_dir: Path) -> dict:
@@ -68,27 +80,27 @@ def mean_std(values: list[float]) -> str:
 def markdown_table(runs: list[dict]) -> str:
     """Mean +- sample std over seeds per scenario name, then every run's own numbers, then (for runs
     that evaluated per-client encoders) each group's final means over seeds."""
-    groups = by_scenario(runs)
-    header = "| scenario | seeds | " + " | ".join(f"{a} {b}" for a, b in COLUMNS) + " |"
-    lines = [header, "|" + "---|" * (len(COLUMNS) + 2)]
+    groups, shown = by_scenario(runs), columns(runs)
+    header = "| scenario | seeds | " + " | ".join(f"{a} {b}" for a, b in shown) + " |"
+    lines = [header, "|" + "---|" * (len(shown) + 2)]
     for name, members in groups.items():
-        cells = [mean_std([m[section][key] for m in members]) for section, key in COLUMNS]
+        cells = [mean_std([m[section][key] for m in members]) for section, key in shown]
         seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
         lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
-    lines += ["", "| scenario | seed | " + " | ".join(f"{a} {b}" for a, b in COLUMNS) + " | rounds | wall s |",
-              "|" + "---|" * (len(COLUMNS) + 4)]
+    lines += ["", "| scenario | seed | " + " | ".join(f"{a} {b}" for a, b in shown) + " | rounds | wall s |",
+              "|" + "---|" * (len(shown) + 4)]
     for run in sorted(runs, key=lambda r: (r["name"], r["seed"])):
-        cells = " | ".join(percent(run[s][k]) for s, k in COLUMNS)
+        cells = " | ".join(percent(run[s][k]) for s, k in shown)
         lines.append(f"| {run['name']} | {run['seed']} | {cells} | {run['rounds_completed']} | "
                      f"{run['wall_seconds']:.0f} |")
     grouped = by_scenario([run for run in runs if run["groups"]])
     if grouped:
-        lines += ["", "| scenario | group | seeds | " + " | ".join(f"final {k} (group mean)" for k in FINALS) + " |",
-                  "|" + "---|" * (len(FINALS) + 3)]
+        lines += ["", "| scenario | group | seeds | " + " | ".join(f"final {k} (group mean)" for k in METRICS) + " |",
+                  "|" + "---|" * (len(METRICS) + 3)]
     for name, members in grouped.items():
         for group in sorted({g for m in members for g in m["groups"]}):
             having = sorted((m for m in members if group in m["groups"]), key=lambda m: m["seed"])
-            cells = " | ".join(mean_std([m["groups"][group][key] for m in having]) for key in FINALS)
+            cells = " | ".join(mean_std([m["groups"][group][key] for m in having]) for key in METRICS)
             lines.append(f"| {name} | {group} | {','.join(str(m['seed']) for m in having)} | {cells} |")
     return "\n".join(lines) + "\n"
 
@@ -99,15 +111,15 @@ def paired_table(runs: list[dict], baseline: str) -> str:
     groups = by_scenario(runs)
     if baseline not in groups:
         raise ValueError(f"--baseline: expected one of the scenario names {sorted(groups)}, got {baseline!r}")
-    base = {run["seed"]: run for run in groups[baseline]}
-    lines = [f"| scenario − {baseline} | paired seeds | " + " | ".join(f"final {k}" for k in FINALS) + " |",
-             "|" + "---|" * (len(FINALS) + 2)]
+    base, finals = {run["seed"]: run for run in groups[baseline]}, shown_metrics(runs)
+    lines = [f"| scenario − {baseline} | paired seeds | " + " | ".join(f"final {k}" for k in finals) + " |",
+             "|" + "---|" * (len(finals) + 2)]
     for name, members in groups.items():
         pairs = [(run, base[run["seed"]]) for run in members if name != baseline and run["seed"] in base]
         if not pairs:
             continue
         cells = []
-        for key in FINALS:
+        for key in finals:
             diffs = [100 * (run["final"][key] - other["final"][key]) for run, other in pairs]
             spread = sample_std(diffs)
             ahead = sum(d > 0 for d in diffs)

@@ -78,6 +78,11 @@ def payload_nbytes(obj: Any) -> int:
     return 0
 
 
+def evaluated_networks(online: nn.ModuleDict) -> nn.ModuleDict:
+    """The encoder and, where there is one, the projector of ``online`` (see :meth:`Method.eval_network`)."""
+    return nn.ModuleDict({name: online[name] for name in ("encoder", "projector") if name in online})
+
+
 class Method:
     """Base class of federated methods. Subclasses set ``name`` and ``params``.
 
@@ -124,17 +129,19 @@ class Method:
         """
         raise NotImplementedError
 
-    def eval_encoder(self, state: dict[str, Any]) -> nn.Module:
-        """The encoder whose backbone features are evaluated (kNN, linear probe)."""
+    def eval_network(self, state: dict[str, Any]) -> nn.ModuleDict:
+        """The networks to evaluate: ``"encoder"``, whose backbone features are evaluated (kNN,
+        linear probe), and, where the objective has one, ``"projector"``, on whose output of those
+        features a second kNN runs (``knn_projector_top1``, the FedSC reference code's monitor)."""
         raise NotImplementedError
 
-    def eval_encoders(self, state: dict[str, Any], load_client_state: Callable[[int], Any]
-                      ) -> dict[str, nn.Module]:
-        """Encoders to evaluate, by label: ``"global"``, or ``"<group>/<name>"`` for per-client
-        models (e.g. ``"small_cnn/client_7"``), which are reported per label, as mean and spread
+    def eval_networks(self, state: dict[str, Any], load_client_state: Callable[[int], Any]
+                      ) -> dict[str, nn.ModuleDict]:
+        """:meth:`eval_network`-like networks to evaluate, by label: ``"global"``, or ``"<group>/<name>"``
+        for per-client models (e.g. ``"small_cnn/client_7"``), which are reported per label, as mean and spread
         per group, and as the mean over all. ``load_client_state(cid)`` reads the client-state
         store (``None`` for a client that never ran)."""
-        return {"global": self.eval_encoder(state)}
+        return {"global": self.eval_network(state)}
 
     def client_pool(self, client_id: int) -> str | None:
         """The worker pool (``ray.worker_pools`` name) that should simulate this client, e.g. the

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from methods.base import ClientData, ClientUpload, Method
+from methods.base import ClientData, ClientUpload, Method, evaluated_networks
 from methods.objectives import OBJECTIVES, Objective
 from methods.semi_supervised import labelled_mask, semi_supervised_loss
 from methods.server_optimizer import adam_step
@@ -154,13 +154,14 @@ class FedAvg(Method):
                 weights[k] = state["weights"][k] + lr * (averaged[k] - state["weights"][k])
         return {**state, "weights": weights}, {}
 
-    def eval_encoder(self, state):
+    def eval_network(self, state):
         model = self.scenario["model"]
-        encoder = build_encoder(model["encoder"], self.spec.channels, self.spec.image_size, model["norm"])
-        prefix = "online.encoder."
-        encoder.load_state_dict({k[len(prefix):]: v for k, v in state["weights"].items()
-                                 if k.startswith(prefix)})
-        return encoder
+        online = self.objective.build(build_encoder(model["encoder"], self.spec.channels, self.spec.image_size,
+                                                    model["norm"]))
+        network = evaluated_networks(online)
+        online_weights = {k[len("online."):]: v for k, v in state["weights"].items() if k.startswith("online.")}
+        network.load_state_dict({k: v for k, v in online_weights.items() if k.split(".")[0] in network})
+        return network
 
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):

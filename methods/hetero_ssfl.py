@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from analysis.evaluate import extract_features
-from methods.base import ClientUpload
+from methods.base import ClientUpload, evaluated_networks
 from methods.fedavg import FedAvg, Workspace
 from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel
 from methods.objectives import project
@@ -226,7 +226,7 @@ class HeteroSSFL(FedAvg):
         return {**state, "kernel_sum": state["kernel_sum"] + sums["kernels/rad"],
                 "kernel_weight": state["kernel_weight"] + sums["kernels/weight"].item()}, {}
 
-    def eval_encoders(self, state, load_client_state):
+    def eval_networks(self, state, load_client_state):
         encoders = {}
         for cid in self.eval_clients():
             tier = self.client_tier[cid]
@@ -235,7 +235,7 @@ class HeteroSSFL(FedAvg):
             if stored is not None:
                 online.load_state_dict({k[len("online."):]: v for k, v in stored["networks"].items()
                                         if k.startswith("online.")})
-            encoders[f"{self.tiers[tier].encoder}/client_{cid}"] = online["encoder"]
+            encoders[f"{self.tiers[tier].encoder}/client_{cid}"] = evaluated_networks(online)
         return encoders
 
     # ---- client side -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import ray
 import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from analysis.monitor import evaluate_encoders, load_eval_data
+from analysis.monitor import evaluate_networks, load_eval_data
 from methods import build_method
 from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
@@ -113,11 +113,11 @@ class ServerActor:
             metrics[f"bytes_down/{kind}"] = float(value)
         return metrics
 
-    def eval_encoders(self) -> dict[str, torch.nn.Module]:
+    def eval_networks(self) -> dict[str, torch.nn.ModuleDict]:
         def load_client_state(cid: int):
             blob = ray.get(self.store.get.remote([cid])).get(cid) if self.store is not None else None
             return None if blob is None else loads(blob)
-        return self.server.eval_encoders(load_client_state)
+        return self.server.eval_networks(load_client_state)
 
     def state(self) -> dict:
         return self.server.state
@@ -138,8 +138,8 @@ class EvaluatorActor:
         self.scenario = scenario
         self.data = load_eval_data(scenario)
 
-    def evaluate(self, encoders: dict[str, torch.nn.Module]) -> dict[str, dict[str, float]]:
-        return evaluate_encoders(encoders, self.data, self.scenario)
+    def evaluate(self, networks: dict[str, torch.nn.ModuleDict]) -> dict[str, dict[str, float]]:
+        return evaluate_networks(networks, self.data, self.scenario)
 
     def memory(self) -> dict[str, float]:
         return memory_mb()
@@ -256,16 +256,16 @@ class RayFederation:
         """How many nodes the (live) workers run on."""
         return len(set(ray.get([worker.node_id.remote() for worker in self.workers])))
 
-    def encoders_now(self) -> ray.ObjectRef:
-        """The encoders to evaluate, as they are now (calls on the server run in order)."""
-        return self.server.eval_encoders.remote()
+    def networks_now(self) -> ray.ObjectRef:
+        """The networks to evaluate, as they are now (calls on the server run in order)."""
+        return self.server.eval_networks.remote()
 
-    def submit_eval(self, encoders: ray.ObjectRef | None = None) -> ray.ObjectRef:
-        """Evaluate ``encoders`` (default: the current ones) in the background."""
+    def submit_eval(self, networks: ray.ObjectRef | None = None) -> ray.ObjectRef:
+        """Evaluate ``networks`` (default: the current ones) in the background."""
         if self.evaluator is None:
             self.evaluator = EvaluatorActor.options(
                 num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
-        return self.evaluator.evaluate.remote(encoders if encoders is not None else self.encoders_now())
+        return self.evaluator.evaluate.remote(networks if networks is not None else self.networks_now())
 
     def state(self) -> dict:
         return ray.get(self.server.state.remote())

@@ -147,5 +147,5 @@ class Server:
         metrics["train/samples"] = float(sum(r.samples for r in results) * ctx.hparams["training"]["local_epochs"])
         return metrics
 
-    def eval_encoders(self, load_client_state) -> dict[str, torch.nn.Module]:
-        return self.method.eval_encoders(self.state, load_client_state)
+    def eval_networks(self, load_client_state) -> dict[str, torch.nn.ModuleDict]:
+        return self.method.eval_networks(self.state, load_client_state)

@@ -166,8 +166,8 @@ class RunLoop:
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
         self.eval_enabled = scenario["eval"]["enabled"]
         self.pending: dict[int, Any] = {}
-        # the round-0 encoders are taken now and evaluated after round 1, not to slow the start
-        self.initial_encoders = federation.encoders_now() if self.eval_enabled and 0 not in self.evals else None
+        # the round-0 networks are taken now and evaluated after round 1, not to slow the start
+        self.initial_networks = federation.networks_now() if self.eval_enabled and 0 not in self.evals else None
 
     def collect_evals(self, wait: bool) -> None:
         for done in sorted(self.pending):
@@ -203,9 +203,9 @@ class RunLoop:
                 self.time_to_round1 = time.time() - self.start
                 launched = process_start_time()
                 self.launch_to_round1 = time.time() - launched if launched and not self.elapsed_before else None
-            if self.initial_encoders is not None and r >= 1:
-                self.pending[0] = federation.submit_eval(self.initial_encoders)
-                self.initial_encoders = None
+            if self.initial_networks is not None and r >= 1:
+                self.pending[0] = federation.submit_eval(self.initial_networks)
+                self.initial_networks = None
             if self.eval_enabled and r >= 1 and (r % eval_every == 0 or r == rounds):
                 self.pending[r] = federation.submit_eval()
             self.collect_evals(wait=False)

@@ -90,3 +90,11 @@ def test_linear_probe_is_at_chance_on_random_labels():
     test_labels = torch.randint(0, 4, (2000,), generator=generator)
     accuracy = linear_probe_top1(train, train_labels, test, test_labels, num_classes=4)
     assert accuracy == pytest.approx(0.25, abs=0.05)
+
+
+def test_float_inputs_pass_unscaled():
+    head = torch.nn.Linear(4, 3)
+    features = torch.randn(10, 4)
+    with torch.no_grad():
+        expected = head(features)
+    assert torch.allclose(extract_features(head, features, batch_size=3), expected)

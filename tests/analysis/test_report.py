@@ -9,12 +9,13 @@ from analysis.report import markdown_table, paired_table, read_run
 from simulator.cli import main
 
 
-def fake_run(tmp_path, name, seed, final_knn):
+def fake_run(tmp_path, name, seed, final_knn, projector_knn=None):
     run_dir = tmp_path / f"{name}-{seed}"
     run_dir.mkdir()
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump({"name": name, "seed": seed}))
-    summary = {"initial": {"knn_top1": 0.5, "linear_top1": 0.6},
-               "final": {"knn_top1": final_knn, "linear_top1": 0.7},
+    projector = lambda value: {} if projector_knn is None else {"knn_projector_top1": value}  # noqa: E731
+    summary = {"initial": {"knn_top1": 0.5, "linear_top1": 0.6, **projector(0.4)},
+               "final": {"knn_top1": final_knn, "linear_top1": 0.7, **projector(projector_knn)},
                "rounds_completed": 3, "wall_seconds": 12.0}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
@@ -48,6 +49,21 @@ def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys)
     assert "| new | 0,1 | +1.50" in capsys.readouterr().out
     assert main(["report", *map(str, dirs), "--baseline", "nope"]) == 2
     assert "--baseline: expected one of the scenario names ['base', 'new'], got 'nope'" in capsys.readouterr().err
+
+
+def test_projector_knn_is_shown_when_every_run_has_it(tmp_path):
+    dirs = [fake_run(tmp_path, "base", s, 0.6, projector_knn=p) for s, p in [(0, 0.30), (1, 0.40)]]
+    dirs += [fake_run(tmp_path, "new", s, 0.6, projector_knn=p) for s, p in [(0, 0.35), (1, 0.50)]]
+    runs = [read_run(d) for d in dirs]
+    table = markdown_table(runs)
+    assert "| initial knn_top1 | initial linear_top1 | initial knn_projector_top1 | final knn_top1 |" in table
+    assert "| base | 0,1 | 50.00 ± 0.00 | 60.00 ± 0.00 | 40.00 ± 0.00 | 60.00 ± 0.00 | 70.00 ± 0.00 | 35.00 ± 7.07 |" \
+        in table
+    # +5 and +10 points on projector kNN
+    assert "(ahead on 0/2) | +0.00 ± 0.00 (ahead on 0/2) | +7.50 ± 3.54 (ahead on 2/2) |" in paired_table(runs, "base")
+    older = read_run(fake_run(tmp_path, "older", 0, 0.6))
+    assert "knn_projector_top1" not in markdown_table(runs + [older])
+    assert "knn_projector_top1" not in paired_table(runs + [older], "base")
 
 
 def write_metrics(run_dir, rows):

@@ -118,3 +118,18 @@ def test_grad_clip_norm_bounds_a_local_step(synthetic_raw, grad_clip_norm):
         assert step == pytest.approx(grad_clip_norm, rel=1e-3)
     else:
         assert step > 100 * 1e-3
+
+
+@pytest.mark.parametrize("objective, evaluated", [("spectral", {"encoder", "projector"}),
+                                                  ("byol", {"encoder", "projector"}),
+                                                  ("supervised", {"encoder"})])
+def test_eval_network_is_the_states_encoder_and_projector(synthetic_raw, objective, evaluated):
+    method, ctx = setup(synthetic_raw, objective=objective, uv=objective == "spectral")
+    server, _, upload = one_client(method, ctx)
+    state, _ = method.server_update(server.state, upload.stats, {}, ctx)
+    network = method.eval_network(state)
+    assert set(network) == evaluated
+    weights = {k: v for k, v in state["weights"].items() if k.split(".")[:2] in [["online", e] for e in evaluated]}
+    assert {f"online.{k}" for k in network.state_dict()} == weights.keys()
+    for k, v in network.state_dict().items():
+        assert torch.equal(v, weights[f"online.{k}"])

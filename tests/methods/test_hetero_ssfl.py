@@ -126,10 +126,11 @@ def test_client_model_survives_rounds_and_worker_restarts(synthetic_raw, tmp_pat
     again = simulate_clients(restarted, workspace, load_client, broadcast, extras[0], [0], ctx, {0: stored[0]})
     for k, v in fed.states[0]["networks"].items():
         assert torch.equal(again.client_states[0]["networks"][k], v)
-    encoders = restarted.eval_encoders(fed.server.state, lambda cid: stored.get(cid))
+    networks = restarted.eval_networks(fed.server.state, lambda cid: stored.get(cid))
     label = f"{restarted.tiers[restarted.client_tier[0]].encoder}/client_0"
-    for k, v in encoders[label].state_dict().items():
-        assert torch.equal(v, trained[f"online.encoder.{k}"])
+    assert set(networks[label]) == {"encoder", "projector"}
+    for k, v in networks[label].state_dict().items():
+        assert torch.equal(v, trained[f"online.{k}"])
 
 
 def test_store_does_not_grow_across_rounds(synthetic_raw, tmp_path):
@@ -153,7 +154,7 @@ def test_tiers_assign_architectures_and_label_evaluations(synthetic_raw):
     small, large = method.make_workspace(torch.device("cpu"))
     count = lambda space: sum(p.numel() for p in space.online["encoder"].parameters())  # noqa: E731
     assert count(large) > 5 * count(small)
-    labels = method.eval_encoders(Server(method).state, lambda cid: None)
+    labels = method.eval_networks(Server(method).state, lambda cid: None)
     tier_names = sorted(label.split("/")[0] for label in labels)
     assert tier_names == ["large_cnn", "large_cnn", "small_cnn", "small_cnn"]
     for label in labels:
