@@ -137,10 +137,10 @@ class Method:
 
     def eval_networks(self, state: dict[str, Any], load_client_state: Callable[[int], Any]
                       ) -> dict[str, nn.ModuleDict]:
-        """:meth:`eval_network`-like networks to evaluate, by label: ``"global"``, or ``"<group>/<name>"``
-        for per-client models (e.g. ``"small_cnn/client_7"``), which are reported per label, as mean and spread
-        per group, and as the mean over all. ``load_client_state(cid)`` reads the client-state
-        store (``None`` for a client that never ran)."""
+        """Networks to evaluate (as :meth:`eval_network` gives them), by label: ``"global"``, or
+        ``"<group>/<name>"`` for per-client models (e.g. ``"small_cnn/client_7"``), which are
+        reported per label, as mean and spread per group, and as the mean over all.
+        ``load_client_state(cid)`` reads the client-state store (``None`` for a client that never ran)."""
         return {"global": self.eval_network(state)}
 
     def client_pool(self, client_id: int) -> str | None:
