@@ -21,6 +21,7 @@ def shown_metrics(runs: list[dict]) -> tuple[str, ...]:
 
 
 def columns(runs: list[dict]) -> tuple[tuple[str, str], ...]:
+    """(section, metric) of the per-scenario and per-seed tables: initial, then final metrics."""
     metrics = shown_metrics(runs)
     return tuple((section, key) for section in ("initial", "final") for key in metrics)
 
