@@ -62,11 +62,12 @@ def test_tensorboard_events_read_back(ray_session, synthetic_raw, tmp_path):
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     tags = events.Tags()["scalars"]
-    for tag in ("train/loss", "eval/knn_top1", "eval/linear_top1", "bytes_up/weights",
+    for tag in ("train/loss", "eval/knn_top1", "eval/linear_top1", "eval/knn_projector_top1", "bytes_up/weights",
                 "clients/completed", "time/round_seconds"):
         assert tag in tags
-    losses = {e.step: e.value for e in events.Scalars("train/loss")}
-    assert losses == pytest.approx({r: v for (r, n), v in metrics.items() if n == "train/loss"})
+    for tag in ("train/loss", "eval/knn_projector_top1"):
+        logged = {e.step: e.value for e in events.Scalars(tag)}
+        assert logged == pytest.approx({r: v for (r, n), v in metrics.items() if n == tag})
     assert sorted(e.step for e in events.Scalars("eval/knn_top1")) == [0, 1, 2]
 
 
