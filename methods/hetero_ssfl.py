@@ -227,7 +227,7 @@ class HeteroSSFL(FedAvg):
                 "kernel_weight": state["kernel_weight"] + sums["kernels/weight"].item()}, {}
 
     def eval_networks(self, state, load_client_state):
-        encoders = {}
+        networks = {}
         for cid in self.eval_clients():
             tier = self.client_tier[cid]
             online, _ = self.client_networks(tier, cid)
@@ -235,8 +235,8 @@ class HeteroSSFL(FedAvg):
             if stored is not None:
                 online.load_state_dict({k[len("online."):]: v for k, v in stored["networks"].items()
                                         if k.startswith("online.")})
-            encoders[f"{self.tiers[tier].encoder}/client_{cid}"] = evaluated_networks(online)
-        return encoders
+            networks[f"{self.tiers[tier].encoder}/client_{cid}"] = evaluated_networks(online)
+        return networks
 
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):
