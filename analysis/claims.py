@@ -259,9 +259,12 @@ def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 def run_missing(suite: Suite, scenarios: dict[tuple[str, int], dict], states: list[RunState],
                 progress: bool = False) -> list[RunState]:
-    """Run the new runs and resume the interrupted ones, one after another; returns those it ran."""
+    """Run the new runs and resume the interrupted ones, one after another, seed by seed (every arm of
+    a seed before the next seed, so that a suite stopped part-way leaves complete pairs); returns
+    those it ran."""
     from simulator.run import run_scenario
-    todo = [s for s in states if s.state != "finished"]
+    seed_order = {seed: i for i, seed in enumerate(suite.seeds)}
+    todo = sorted((s for s in states if s.state != "finished"), key=lambda s: seed_order[s.seed])
     for i, state in enumerate(todo, 1):
         verb = "resuming" if state.state == "interrupted" else "running"
         print(f"claim: {verb} {state.arm} seed {state.seed} ({i}/{len(todo)}) in {state.run_dir}", file=sys.stderr,
