@@ -30,7 +30,7 @@ from simulator.resources import memory_mb
 
 def plain_loop(scenario: dict[str, Any], cores: int) -> dict[str, float]:
     """Every round's clients trained one after another in this process; no aggregation."""
-    from simulator.run import prepare_partition
+    from simulator.data.store import prepare_partition
     torch.set_num_threads(cores)
     began = time.time()
     reader = PartitionReader(prepare_partition(scenario))

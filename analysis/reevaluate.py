@@ -12,12 +12,13 @@ from pathlib import Path
 
 import torch
 
-from analysis.monitor import evaluate_networks, load_eval_data, summarize_evaluations
+from simulator.evaluation.monitor import evaluate_networks, load_eval_data, summarize_evaluations
 from analysis.report import group_means
 from methods import build_method
 from simulator.client_store import loads
 from simulator.federation import Server
-from simulator.run import data_spec, prepare_partition
+from simulator.data.store import prepare_partition
+from simulator.run import data_spec
 from simulator.runlog import latest_checkpoint
 from simulator.scenario import load_scenario
 

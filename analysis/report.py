@@ -15,7 +15,7 @@ import yaml
 METRICS = ("knn_top1", "linear_top1")
 # Shown when every run has it (runs whose networks have a projector, logged since it was added).
 OPTIONAL_METRICS = ("knn_projector_top1",)
-# The label-efficient metrics (analysis.monitor.label_efficient_metrics), e.g. knn_top1_1pct,
+# The label-efficient metrics (simulator.evaluation.monitor.label_efficient_metrics), e.g. knn_top1_1pct,
 # finetune_top1_0p5pct: shown when every run has them, by fraction, then kNN, probe, fine-tuning.
 LABEL_EFFICIENT = re.compile(r"(knn|linear|finetune)_top1_(\d+(?:p\d+)?)pct")
 LABEL_EFFICIENT_KINDS = ("knn", "linear", "finetune")

@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from analysis.evaluate import extract_features
+from simulator.evaluation.metrics import extract_features
 from methods.base import ClientUpload, evaluated_networks
 from methods.fedavg import FedAvg, Workspace
 from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel

@@ -2,7 +2,7 @@
 
 The partitioners hand every training image to some client, so the RAD is taken from the test split,
 from the images the evaluation does NOT test on: the evaluator tests on the seeded subset
-``eval.test_subset`` of the test split (:func:`analysis.monitor.subset`), and the RAD is the first
+``eval.test_subset`` of the test split (:func:`simulator.data.datasets.seeded_subset`), and the RAD is the first
 ``rad_size`` test images outside that subset. No client holds them and no reported accuracy is
 measured on them.
 """
@@ -12,15 +12,14 @@ from typing import Any, Mapping
 
 import torch
 
-from analysis.monitor import subset
 from simulator.context import derive_seed
-from simulator.data.datasets import load_dataset
+from simulator.data.datasets import load_dataset, seeded_subset
 
 
 def rad_indices(num_test: int, test_subset: int | None, seed: int, rad_size: int) -> torch.Tensor:
     """Indices of the RAD in the test split: the first ``rad_size`` outside the evaluation's subset."""
     everything = torch.arange(num_test)
-    evaluated, _ = subset(everything, everything, test_subset, derive_seed(seed, "eval-test"))
+    evaluated, _ = seeded_subset(everything, everything, test_subset, derive_seed(seed, "eval-test"))
     outside = everything[~torch.isin(everything, evaluated)]
     if rad_size > len(outside):
         raise ValueError(f"method.rad_size: expected at most {len(outside)} (test images outside "

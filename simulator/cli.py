@@ -161,7 +161,7 @@ def claim(args) -> int:
 
 def check_data(scenario: dict) -> None:
     """Fail early (DatasetUnavailable, ValueError) if the data or the partition cannot be had."""
-    from simulator.run import prepare_partition
+    from simulator.data.store import prepare_partition
     prepare_partition(scenario)
 
 

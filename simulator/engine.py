@@ -16,12 +16,12 @@ import ray
 import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from analysis.monitor import evaluate_networks, load_eval_data
+from simulator.evaluation.monitor import evaluate_networks, load_eval_data
 from methods import build_method
 from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
-from simulator.data.store import PartitionReader
+from simulator.data.store import PartitionReader, prepare_partition
 from simulator.federation import Server, WorkerResult, add_phase_metrics, route_cohort, simulate_clients
 from simulator.resources import memory_mb
 
@@ -59,7 +59,6 @@ class WorkerActor:
     def setup(self, spec: DataSpec, partition_dir: str, store: "ray.actor.ActorHandle | None") -> None:
         if not os.path.exists(os.path.join(partition_dir, "meta.json")):
             # another node: partitions are deterministic in the seed, so build the same files here
-            from simulator.run import prepare_partition
             partition_dir = str(prepare_partition(self.scenario))
         self.method = build_method(self.scenario, spec)
         self.workspace = self.method.make_workspace(worker_device(self.pool["num_gpus"]))

@@ -10,38 +10,16 @@ from typing import Any
 
 import torch
 
-from analysis.monitor import summarize_evaluations
+from simulator.evaluation.monitor import summarize_evaluations
 from methods import METHODS
 from methods.base import DataSpec
 from simulator import engine
 from simulator.context import RoundContext, freeze
-from simulator.data.datasets import load_dataset
-from simulator.data.partition import Partition, make_partition
-from simulator.data.store import PartitionReader, cached_partition_dir, write_partition
+from simulator.data.store import PartitionReader, prepare_partition
 from simulator.population import Population
 from simulator.resources import memory_mb, process_start_time
 from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
                               write_summary)
-
-
-def build_partition(scenario: dict[str, Any], train_labels) -> Partition:
-    """The scenario's client partition of the training set (deterministic in the seed)."""
-    part = scenario["partition"]
-    return make_partition(part["kind"], train_labels, scenario["population"]["num_clients"], scenario["seed"],
-                          alpha=part["alpha"], scale_by_prior=part["scale_by_prior"], k=part["k"],
-                          rotation_bins=part["rotation_bins"], rotation_alpha=part["rotation_alpha"])
-
-
-def prepare_partition(scenario: dict[str, Any]) -> Path:
-    """The client partition on disk (Arrow files, cached by dataset, partition, population, seed)."""
-    data_cfg = scenario["dataset"]
-    key = {"dataset": data_cfg["name"], "root": data_cfg["root"], "partition": scenario["partition"],
-           "num_clients": scenario["population"]["num_clients"], "seed": scenario["seed"], "format": 1}
-    directory = cached_partition_dir(Path(data_cfg["cache_dir"]).expanduser() / "partitions", key)
-    if not (directory / "meta.json").exists():
-        dataset = load_dataset(data_cfg["name"], data_cfg["root"], data_cfg["download"], seed=scenario["seed"])
-        write_partition(dataset, build_partition(scenario, dataset.train_y.numpy()), directory)
-    return directory
 
 
 def data_spec(partition_dir: Path) -> DataSpec:

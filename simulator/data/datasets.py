@@ -7,44 +7,16 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from simulator.data import formats
+from simulator.data.image_dataset import ImageDataset
 
 SYSTEM_ROOT = Path("/usr/share/datasets")
 CACHE_ROOT = Path("~/.cache/fedssl").expanduser()
 
 DATASETS = ("fashion_mnist", "cifar10", "cifar100", "svhn", "synthetic")
-
-
-@dataclass(frozen=True, eq=False)
-class ImageDataset:
-    """A labelled image dataset with a train and a test split (images are square)."""
-
-    name: str
-    train_x: torch.Tensor  # uint8 [N, C, H, W]
-    train_y: torch.Tensor  # int64 [N]
-    test_x: torch.Tensor  # uint8 [M, C, H, W]
-    test_y: torch.Tensor  # int64 [M]
-    num_classes: int
-
-    def __post_init__(self):
-        for split, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
-            if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[2] != x.shape[3]:
-                raise ValueError(f"{split}_x must be a uint8 tensor [N, C, H, H], got {x.dtype} {tuple(x.shape)}")
-            if y.dtype != torch.int64 or tuple(y.shape) != (len(x),):
-                raise ValueError(f"{split}_y must be an int64 tensor [{len(x)}], got {y.dtype} {tuple(y.shape)}")
-        if self.train_x.shape[1:] != self.test_x.shape[1:]:
-            raise ValueError(f"train_x and test_x must have equal [C, H, W], got {tuple(self.train_x.shape[1:])} "
-                             f"and {tuple(self.test_x.shape[1:])}")
-
-    @property
-    def channels(self) -> int:
-        return self.train_x.shape[1]
-
-    @property
-    def image_size(self) -> int:
-        return self.train_x.shape[2]
 
 
 class DatasetUnavailable(Exception):
@@ -147,3 +119,11 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
     if name not in _SOURCES:
         raise ValueError(f"name must be one of {', '.join(DATASETS)}, got {name!r}")
     return _load_files(name, root, download)
+
+
+def seeded_subset(x: torch.Tensor, y: torch.Tensor, size: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded random subset of ``size`` rows (all rows when ``size`` is None or too large)."""
+    if size is None or size >= len(y):
+        return x, y
+    rows = torch.from_numpy(np.sort(np.random.default_rng(seed).permutation(len(y))[:size]))
+    return x[rows], y[rows]

@@ -7,6 +7,7 @@ exactly one client; all randomness comes from ``numpy.random.default_rng(seed)``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -164,3 +165,11 @@ def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *
     indices = tuple(np.split(np.argsort(owners, kind="stable"), np.cumsum(sizes)[:-1]))
     rotations = _rotations(indices, rotation_bins, rotation_alpha, rng) if kind in ("rotation", "joint") else None
     return Partition(indices, rotations)
+
+
+def build_partition(scenario: Mapping[str, Any], train_labels: np.ndarray) -> Partition:
+    """The scenario's client partition of the training set (deterministic in the seed)."""
+    part = scenario["partition"]
+    return make_partition(part["kind"], train_labels, scenario["population"]["num_clients"], scenario["seed"],
+                          alpha=part["alpha"], scale_by_prior=part["scale_by_prior"], k=part["k"],
+                          rotation_bins=part["rotation_bins"], rotation_alpha=part["rotation_alpha"])

@@ -15,14 +15,16 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from simulator.data.datasets import ImageDataset
-from simulator.data.partition import Partition
+from simulator.data.datasets import load_dataset
+from simulator.data.image_dataset import ImageDataset
+from simulator.data.partition import Partition, build_partition
 
 META_FILE = "meta.json"
 ROTATION_CHUNK = 4096  # images rotated per grid_sample call, to bound memory
@@ -137,3 +139,15 @@ def cached_partition_dir(cache_root: Path, key: dict) -> Path:
     except TypeError as error:
         raise ValueError(f"key must be JSON-serialisable, got {key!r}: {error}") from error
     return Path(cache_root) / f"partition-{hashlib.sha256(canonical.encode()).hexdigest()[:24]}"
+
+
+def prepare_partition(scenario: Mapping[str, Any]) -> Path:
+    """The client partition on disk (Arrow files, cached by dataset, partition, population, seed)."""
+    data_cfg = scenario["dataset"]
+    key = {"dataset": data_cfg["name"], "root": data_cfg["root"], "partition": scenario["partition"],
+           "num_clients": scenario["population"]["num_clients"], "seed": scenario["seed"], "format": 1}
+    directory = cached_partition_dir(Path(data_cfg["cache_dir"]).expanduser() / "partitions", key)
+    if not (directory / "meta.json").exists():
+        dataset = load_dataset(data_cfg["name"], data_cfg["root"], data_cfg["download"], seed=scenario["seed"])
+        write_partition(dataset, build_partition(scenario, dataset.train_y.numpy()), directory)
+    return directory

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from simulator.data.datasets import ImageDataset
+from simulator.data.image_dataset import ImageDataset
 
 GOLDEN = (1 + 5**0.5) / 2
 MAX_SHIFT = 0.35  # in units of half the image width

@@ -3,9 +3,8 @@ server's kernels, tiers, per-client models across rounds and restarts, and the R
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-from analysis.monitor import load_eval_data
+from simulator.evaluation.monitor import load_eval_data
 from methods import build_method
 from methods.base import DataSpec
 from methods.hetero_ssfl import assign_tiers, normalized_kernel

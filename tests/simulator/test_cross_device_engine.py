@@ -18,7 +18,8 @@ from methods.base import ClientData
 from simulator.context import RoundContext, freeze
 from simulator.data.store import PartitionReader
 from simulator.population import Population
-from simulator.run import data_spec, prepare_partition, run_scenario
+from simulator.data.store import prepare_partition
+from simulator.run import data_spec, run_scenario
 from simulator.scenario import resolve
 from simulator.stats import sum_stats
 

@@ -14,7 +14,8 @@ import yaml
 
 from simulator.context import RoundContext, freeze
 from simulator.federation import sample_cohort
-from simulator.run import data_spec, prepare_partition, run_scenario
+from simulator.data.store import prepare_partition
+from simulator.run import data_spec, run_scenario
 from simulator.scenario import resolve
 
 

@@ -5,7 +5,7 @@ import json
 import pyarrow.parquet as pq
 
 from simulator.data.store import PartitionReader
-from simulator.run import prepare_partition
+from simulator.data.store import prepare_partition
 from simulator.scenario import resolve
 
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from analysis.evaluate import extract_features, finetune, finetune_top1, knn_top1, label_subset, linear_probe_top1
+from simulator.evaluation.metrics import extract_features, finetune, finetune_top1, knn_top1, label_subset, linear_probe_top1
 
 
 def tiny_encoder() -> nn.Module:

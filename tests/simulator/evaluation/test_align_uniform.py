@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from analysis.align_uniform import align_uniform_score, alignment_uniformity
+from simulator.evaluation.align_uniform import align_uniform_score, alignment_uniformity
 from simulator.augment import AugmentConfig, BatchAugment
 from simulator.models import build_encoder
 

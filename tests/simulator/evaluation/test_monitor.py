@@ -1,6 +1,6 @@
 import pytest
 
-from analysis.monitor import summarize_evaluations
+from simulator.evaluation.monitor import summarize_evaluations
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # every test: one torch thread (tests/conftest.py)
 
@@ -26,7 +26,7 @@ def test_per_client_encoders_get_group_mean_std_and_overall_mean():
 def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_raw):
     import torch
 
-    from analysis.monitor import evaluate_network, load_eval_data
+    from simulator.evaluation.monitor import evaluate_network, load_eval_data
     from simulator.scenario import resolve
     scenario = resolve({**synthetic_raw, "method": {"name": "fedavg", "objective": "simclr",
                                                     "labelled_fraction": 0.1}})
@@ -44,8 +44,8 @@ def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_
 def test_a_projector_adds_a_knn_on_its_output_of_the_backbone_features(synthetic_raw):
     import torch
 
-    from analysis.evaluate import knn_top1
-    from analysis.monitor import evaluate_network, load_eval_data
+    from simulator.evaluation.metrics import knn_top1
+    from simulator.evaluation.monitor import evaluate_network, load_eval_data
     from simulator.scenario import resolve
     scenario = resolve({**synthetic_raw, "eval": {"knn_k": 5}})
     data = load_eval_data(scenario)
@@ -85,8 +85,8 @@ def test_one_percent_knn_and_probe_match_a_hand_computation_per_draw():
     import numpy as np
     import torch
 
-    from analysis.evaluate import label_subset
-    from analysis.monitor import EvalData, label_efficient_metrics
+    from simulator.evaluation.metrics import label_subset
+    from simulator.evaluation.monitor import EvalData, label_efficient_metrics
     from simulator.scenario import resolve
     train_x, train_y = two_class_points(100, seed=0)
     test_x, test_y = two_class_points(150, seed=1)
@@ -125,8 +125,8 @@ def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(
 
     import torch
 
-    from analysis.evaluate import extract_features, finetune_top1, knn_top1, label_subset, linear_probe_top1
-    from analysis.monitor import evaluate_network, load_eval_data
+    from simulator.evaluation.metrics import extract_features, finetune_top1, knn_top1, label_subset, linear_probe_top1
+    from simulator.evaluation.monitor import evaluate_network, load_eval_data
     from simulator.augment import AugmentConfig, BatchAugment
     from simulator.context import derive_seed
     from simulator.scenario import resolve

@@ -6,14 +6,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
 import torch
 
-from analysis.align_uniform import align_uniform_score
-from analysis.evaluate import extract_features, finetune_top1, knn_top1, label_subset, linear_probe_top1
 from simulator.augment import AugmentConfig, BatchAugment
 from simulator.context import derive_seed
-from simulator.data.datasets import load_dataset
+from simulator.data.datasets import load_dataset, seeded_subset
+from simulator.data.partition import build_partition
+from simulator.evaluation.align_uniform import align_uniform_score
+from simulator.evaluation.metrics import extract_features, finetune_top1, knn_top1, label_subset, linear_probe_top1
 from simulator.scenario import fraction_suffix
 
 
@@ -30,24 +30,15 @@ class EvalData:
     labelled_y: torch.Tensor | None = None
 
 
-def subset(x: torch.Tensor, y: torch.Tensor, size: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded random subset of ``size`` rows (all rows when ``size`` is None or too large)."""
-    if size is None or size >= len(y):
-        return x, y
-    rows = torch.from_numpy(np.sort(np.random.default_rng(seed).permutation(len(y))[:size]))
-    return x[rows], y[rows]
-
-
 def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
     dataset_cfg, eval_cfg, seed = scenario["dataset"], scenario["eval"], scenario["seed"]
     data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=seed)
-    train_x, train_y = subset(data.train_x, data.train_y, eval_cfg["train_subset"], derive_seed(seed, "eval-train"))
-    test_x, test_y = subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, "eval-test"))
+    train_x, train_y = seeded_subset(data.train_x, data.train_y, eval_cfg["train_subset"], derive_seed(seed, "eval-train"))
+    test_x, test_y = seeded_subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, "eval-test"))
     fraction = scenario["method"].get("labelled_fraction", 0.0)
     if not fraction:
         return EvalData(train_x, train_y, test_x, test_y, data.num_classes)
     from methods.semi_supervised import labelled_train_indices
-    from simulator.run import build_partition
     rows = torch.from_numpy(labelled_train_indices(build_partition(scenario, data.train_y.numpy()), seed, fraction))
     return EvalData(train_x, train_y, test_x, test_y, data.num_classes, data.train_x[rows], data.train_y[rows])
 
@@ -62,9 +53,9 @@ def label_efficient_metrics(encoder: torch.nn.Module, train_f: torch.Tensor, tes
     """The label-efficient protocol (SimCLR, Chen et al. 2020, section 6; Orchestra, Lubana et al.
     2022, Table 1) for each fraction ``f`` in ``eval.label_fractions``: ``knn_top1_<f>``,
     ``linear_top1_<f>`` (the kNN monitor and the linear probe with only a class-stratified fraction
-    ``f`` of the labelled train set as bank / probe set, :func:`analysis.evaluate.label_subset`) and,
+    ``f`` of the labelled train set as bank / probe set, :func:`simulator.evaluation.metrics.label_subset`) and,
     where ``eval.finetune_steps > 0``, ``finetune_top1_<f>`` (a copy of the whole encoder and a
-    linear head trained on that fraction, :func:`analysis.evaluate.finetune_top1`), each scored on
+    linear head trained on that fraction, :func:`simulator.evaluation.metrics.finetune_top1`), each scored on
     the whole test set and averaged over ``eval.label_draws`` draws of the labels, draw ``d`` fixed
     by the run's seed and ``d``. Where ``eval.train_subset`` restricts the train set, the fractions
     are of that subset. ``train_f``, ``test_f``: the encoder's features of ``data.train_x``, ``data.test_x``."""
@@ -99,7 +90,7 @@ def evaluate_network(network: torch.nn.ModuleDict, data: EvalData, scenario: Map
     """kNN (k, temperature from the scenario) and linear-probe top-1 on the backbone features of
     ``network["encoder"]``; with a ``network["projector"]``, ``knn_projector_top1``: the same kNN on
     the projector's output, as the FedSC reference code's kNN monitor measures it (Jing et al. 2024,
-    Fig. 2); Orchestra's unsupervised score Align + 0.2 Unif (``analysis.align_uniform``) on 2,000
+    Fig. 2); Orchestra's unsupervised score Align + 0.2 Unif (``simulator.evaluation.align_uniform``) on 2,000
     train images without their labels, under the scenario's augmentations; with labelled samples
     (semi-supervised runs), also ``labelled_linear_top1``: a probe trained on them alone (Louizos et
     al. 2024, section 2.2); and the label-efficient metrics of :func:`label_efficient_metrics`
