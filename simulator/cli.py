@@ -142,7 +142,7 @@ def claim(args) -> int:
         return 2
     for note in stale_notes(scenarios, states):
         print(note, file=sys.stderr)
-    from simulator.engine import WorkerFailure
+    from simulator.federation import WorkerFailure
     try:
         run_missing(suite, scenarios, states, progress=args.progress)
     except WorkerFailure as err:
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
         from simulator.run import run_scenario
-        from simulator.engine import WorkerFailure
+        from simulator.federation import WorkerFailure
         try:
             run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
         except WorkerFailure as err:

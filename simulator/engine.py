@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
-from typing import Any
 
 import ray
 import torch
@@ -22,14 +21,9 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import Server, WorkerResult, add_phase_metrics, route_cohort, simulate_clients
+from simulator.federation import (Server, WorkerFailure, WorkerResult, add_phase_metrics, route_cohort, simulate_clients,
+                                  worker_device, worker_pools)
 from simulator.resources import memory_mb
-
-
-class WorkerFailure(RuntimeError):
-    """A client step raised (e.g. a non-finite loss): the message names round, client and method."""
-
-    last_checkpoint: str | None = None
 
 
 def start_ray(address: str | None) -> None:
@@ -42,10 +36,6 @@ def start_ray(address: str | None) -> None:
     if address is None:
         address = os.environ.get("RAY_ADDRESS", "local")
     ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
-
-
-def worker_device(num_gpus: float) -> torch.device:
-    return torch.device("cuda" if num_gpus > 0 and torch.cuda.is_available() else "cpu")
 
 
 @ray.remote
@@ -145,14 +135,6 @@ class EvaluatorActor:
 
 
 StoreActor = ray.remote(ClientStateStore)
-
-
-def worker_pools(scenario: dict) -> dict[str, dict]:
-    """``ray.worker_pools`` by name, or one pool of ``ray.num_workers`` workers like ``ray.worker``."""
-    if scenario["ray"]["worker_pools"]:
-        return {pool["name"]: pool for pool in scenario["ray"]["worker_pools"]}
-    worker = scenario["ray"]["worker"]
-    return {"default": {"name": "default", "count": scenario["ray"]["num_workers"], **worker}}
 
 
 class RayFederation:
@@ -272,15 +254,17 @@ class RayFederation:
     def restore(self, state: dict) -> None:
         ray.get(self.server.restore.remote(state))
 
+    @staticmethod
+    def ready(evaluation: ray.ObjectRef) -> bool:
+        """Whether a submitted evaluation has finished."""
+        return bool(ray.wait([evaluation], timeout=0)[0])
+
+    @staticmethod
+    def result(evaluation: ray.ObjectRef) -> dict[str, dict[str, float]]:
+        """A submitted evaluation's result (waits for it)."""
+        return ray.get(evaluation)
+
     def shutdown(self) -> None:
         for actor in [self.server, self.evaluator, *self.workers, getattr(self, "store", None)]:
             if actor is not None:
                 ray.kill(actor)
-
-
-def get(ref: ray.ObjectRef) -> Any:
-    return ray.get(ref)
-
-
-def ready(ref: ray.ObjectRef) -> bool:
-    return bool(ray.wait([ref], timeout=0)[0])

@@ -17,6 +17,24 @@ from simulator.context import RoundContext
 from simulator.stats import Stats, sum_stats
 
 
+class WorkerFailure(RuntimeError):
+    """A client step raised (e.g. a non-finite loss): the message names round, client and method."""
+
+    last_checkpoint: str | None = None
+
+
+def worker_device(num_gpus: float) -> torch.device:
+    return torch.device("cuda" if num_gpus > 0 and torch.cuda.is_available() else "cpu")
+
+
+def worker_pools(scenario: dict) -> dict[str, dict]:
+    """``ray.worker_pools`` by name, or one pool of ``ray.num_workers`` workers like ``ray.worker``."""
+    if scenario["ray"]["worker_pools"]:
+        return {pool["name"]: pool for pool in scenario["ray"]["worker_pools"]}
+    worker = scenario["ray"]["worker"]
+    return {"default": {"name": "default", "count": scenario["ray"]["num_workers"], **worker}}
+
+
 def sample_cohort(seed: int, round_index: int, num_clients: int, clients_per_round: int,
                   dropout: float = 0.0) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(sampled, completing) clients of a round for a population of equal, always-online clients

@@ -13,9 +13,9 @@ import torch
 from simulator.evaluation.monitor import summarize_evaluations
 from methods import METHODS
 from methods.base import DataSpec
-from simulator import engine
 from simulator.context import RoundContext, freeze
 from simulator.data.store import PartitionReader, prepare_partition
+from simulator.federation import WorkerFailure
 from simulator.population import Population
 from simulator.resources import memory_mb, process_start_time
 from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
@@ -47,6 +47,18 @@ class Progress:
         print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)
 
 
+def start_federation(scenario: dict[str, Any]):
+    """The scenario's executor: Ray actors (``executor: ray``, started or joined here, in the main
+    thread, since Ray's processes die with the thread that spawned them) or the driver's own process
+    (``executor: in_process``, which never imports Ray)."""
+    if scenario["executor"] == "in_process":
+        from simulator.inprocess import InProcessFederation
+        return InProcessFederation(scenario)
+    from simulator import engine
+    engine.start_ray(scenario["ray"]["address"])
+    return engine.RayFederation(scenario)
+
+
 def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: bool = True,
                  resume_dir: str | None = None) -> tuple[Path, dict]:
     """Run a resolved scenario (or continue the run in ``resume_dir`` from its newest checkpoint);
@@ -62,9 +74,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
 
     loader = threading.Thread(target=prepare, daemon=True)
     loader.start()
-    # Ray must start in the main thread: its processes die with the thread that spawned them.
-    engine.start_ray(scenario["ray"]["address"])
-    federation = engine.RayFederation(scenario)
+    federation = start_federation(scenario)
     try:
         loader.join()
         if "error" in prepared:
@@ -88,7 +98,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
             federation.restore(resumed["state"])
         try:
             return run_dir, RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed).run(progress)
-        except engine.WorkerFailure as err:
+        except WorkerFailure as err:
             checkpoint = latest_checkpoint(run_dir)
             err.last_checkpoint = str(checkpoint) if checkpoint else None
             raise
@@ -149,8 +159,8 @@ class RunLoop:
 
     def collect_evals(self, wait: bool) -> None:
         for done in sorted(self.pending):
-            if wait or engine.ready(self.pending[done]):
-                self.evals[done], logged = summarize_evaluations(engine.get(self.pending.pop(done)))
+            if wait or self.federation.ready(self.pending[done]):
+                self.evals[done], logged = summarize_evaluations(self.federation.result(self.pending.pop(done)))
                 self.log.log(done, logged)
 
     def checkpoint(self, round_index: int) -> None:

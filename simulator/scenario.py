@@ -16,6 +16,7 @@ import yaml
 DEFAULTS: dict[str, Any] = {
     "name": "unnamed",
     "seed": 0,
+    "executor": "ray",  # or "in_process": the same rounds in the driver's process, without Ray
     "dataset": {"name": "fashion_mnist", "root": None, "download": False,
                 "cache_dir": "~/.cache/fedssl"},
     "partition": {"kind": "iid", "alpha": 0.5, "scale_by_prior": False, "k": 2,
@@ -87,6 +88,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "model.encoder": tuple(ENCODERS), "model.norm": tuple(NORMS),
         "method.name": tuple(METHODS), "method.objective": tuple(OBJECTIVES),
         "method.server_optimizer": ("avg", "adam"), "training.lr_schedule": ("constant", "cosine"),
+        "executor": ("ray", "in_process"),
     }
 
 

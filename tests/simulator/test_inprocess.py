@@ -1,0 +1,98 @@
+"""The in-process executor: bitwise the metrics and the final global state of the same scenario on
+Ray, for every method (share passes, stateful clients, worker pools), and no Ray imported."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from simulator.run import run_scenario
+from simulator.scenario import resolve
+
+REPO = Path(__file__).resolve().parents[2]
+MACHINE_DEPENDENT = ("time/", "memory/")
+
+METHODS = {
+    "fedavg_simclr": {},
+    "fedavg_byol_uv": {"method": {"name": "fedavg", "objective": "byol", "uv": True, "server_optimizer": "adam",
+                                  "server_lr": 0.001}},
+    "fedsc": {"method": {"name": "fedsc", "objective": "spectral", "clip_mu": 4.0}},
+    "orchestra": {"method": {"name": "orchestra", "num_global_clusters": 8, "num_local_clusters": 4,
+                             "memory_size": 64}},
+    "hetero_ssfl_pools": {
+        "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8, "eval_clients_per_tier": 1,
+                   "tiers": [{"fraction": 0.5, "encoder": "small_cnn"}, {"fraction": 0.5, "encoder": "large_cnn"}]},
+        "training": {"batch_size": 16},
+        "eval": {"test_subset": 300},
+        "ray": {"worker_pools": [{"name": "small_cnn", "count": 1, "num_cpus": 1, "num_gpus": 0},
+                                 {"name": "large_cnn", "count": 2, "num_cpus": 1, "num_gpus": 0}]}},
+}
+
+
+def with_overrides(raw, overrides):
+    """``raw`` with each section updated by ``overrides`` (the method section replaced whole)."""
+    out = dict(raw)
+    for section, values in overrides.items():
+        out[section] = values if section == "method" else {**raw.get(section, {}), **values}
+    return out
+
+
+def metrics_of(run_dir):
+    table = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    return {(row["round"], row["name"]): row["value"] for row in table
+            if not row["name"].startswith(MACHINE_DEPENDENT)}
+
+
+def final_state(run_dir):
+    checkpoints = sorted((run_dir / "checkpoints").iterdir())
+    return torch.load(checkpoints[-1] / "state.pt", weights_only=False)["state"]
+
+
+def flat_tensors(node, prefix=""):
+    if isinstance(node, torch.Tensor):
+        return {prefix: node}
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in flat_tensors(value, f"{prefix}/{key}").items()}
+    if isinstance(node, (list, tuple)):
+        return {k: v for i, value in enumerate(node) for k, v in flat_tensors(value, f"{prefix}/{i}").items()}
+    return {}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_in_process_gives_bitwise_the_ray_run(ray_session, synthetic_raw, tmp_path, name):
+    raw = with_overrides(synthetic_raw, METHODS[name])
+    raw["eval"] = {**raw["eval"], "every": 2}
+    runs = {}
+    for executor in ("ray", "in_process"):
+        run_dir, summary = run_scenario(resolve({**raw, "executor": executor}), str(tmp_path / executor),
+                                        progress=False)
+        runs[executor] = (run_dir, summary)
+    (ray_dir, ray_summary), (local_dir, local_summary) = runs["ray"], runs["in_process"]
+    ray_metrics, local_metrics = metrics_of(ray_dir), metrics_of(local_dir)
+    assert any(key[1].startswith("train/") for key in ray_metrics)
+    assert local_metrics == ray_metrics
+    assert local_summary["initial"] == ray_summary["initial"] and local_summary["final"] == ray_summary["final"]
+    ray_state, local_state = flat_tensors(final_state(ray_dir)), flat_tensors(final_state(local_dir))
+    assert ray_state and sorted(local_state) == sorted(ray_state)
+    for key, tensor in ray_state.items():
+        assert torch.equal(local_state[key], tensor), key
+    if name == "hetero_ssfl_pools":  # stateful clients: the store holds the same client models
+        stored = sorted(p.name for p in (ray_dir / "client_state").rglob("*") if p.is_file())
+        assert stored and stored == sorted(p.name for p in (local_dir / "client_state").rglob("*") if p.is_file())
+
+
+def test_an_in_process_run_never_imports_ray(synthetic_raw, tmp_path):
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump({**synthetic_raw, "executor": "in_process"}))
+    code = ("import sys; from simulator.cli import main; "
+            f"code = main(['run', {str(scenario)!r}, '--out', {str(tmp_path / 'run')!r}, '--quiet']); "
+            "print('RAY' if 'ray' in sys.modules else 'NO RAY'); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "NO RAY"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["rounds_completed"] == 2 and summary["final"]["linear_top1"] > 0
