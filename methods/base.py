@@ -83,11 +83,24 @@ def evaluated_networks(online: nn.ModuleDict) -> nn.ModuleDict:
     return nn.ModuleDict({name: online[name] for name in ("encoder", "projector") if name in online})
 
 
+class ParamError(ValueError):
+    """A method parameter breaks one of its method's rules: ``method.KEY: expected ..., got ...``."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"method.{key}: {message}")
+        self.key, self.message = key, message
+
+
+Rule = tuple[str, bool, str]  # (key, whether the value is acceptable, what is expected)
+
+
 class Method:
     """Base class of federated methods. Subclasses set ``name`` and ``params``.
 
     ``params`` maps each method-specific scenario key (under ``method:``) to its default value; the
-    scenario validator accepts exactly these keys besides ``name``.
+    scenario validator accepts exactly these keys besides ``name``, each of its default's type.
+    ``param_rules`` states what values are acceptable; ``check_params`` applies them, one way for
+    every method, when a scenario is resolved (before anything runs) and when a method is built.
     """
 
     name: ClassVar[str]
@@ -99,6 +112,19 @@ class Method:
         self.scenario = scenario
         self.spec = spec
         self.config = scenario["method"]
+        self.check_params(self.config, scenario)
+
+    @classmethod
+    def param_rules(cls, config: Mapping[str, Any], scenario: Mapping[str, Any]) -> list[Rule]:
+        """The rules of this method's parameters, in the order they are checked (none here)."""
+        return []
+
+    @classmethod
+    def check_params(cls, config: Mapping[str, Any], scenario: Mapping[str, Any]) -> None:
+        """Raise :class:`ParamError` for the first rule ``config`` breaks."""
+        for key, ok, expected in cls.param_rules(config, scenario):
+            if not ok:
+                raise ParamError(key, f"expected {expected}, got {config[key]!r}")
 
     def phases(self, round_index: int) -> tuple[str, ...]:
         """The passes of a round, in order: ``("train",)``, or ``("share", "train")`` for a method

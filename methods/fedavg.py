@@ -75,22 +75,20 @@ class FedAvg(Method):
         self.config = {**FedAvg.params, **self.config}
         objective_cls = OBJECTIVES[self.config["objective"]]
         self.objective: Objective = objective_cls(self.config, scenario["model"], spec.num_classes)
-        self.check_extensions()
         self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
 
-    def check_extensions(self) -> None:
-        if self.config["uv"] and self.objective.num_views != 2:
-            raise ValueError(f"method.uv: expected false with objective {self.objective.name} (one view), got true")
-        if self.config["clip_mu"] < 0:
-            raise ValueError(f"method.clip_mu: expected a non-negative number, got {self.config['clip_mu']!r}")
-        if self.config["uv_weight"] < 0:
-            raise ValueError(f"method.uv_weight: expected a non-negative number, got {self.config['uv_weight']!r}")
-        fraction = self.config["labelled_fraction"]
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"method.labelled_fraction: expected a fraction in [0, 1], got {fraction!r}")
-        if fraction > 0 and self.objective.uses_labels:
-            raise ValueError(f"method.labelled_fraction: expected 0 with objective {self.objective.name} "
-                             f"(it uses every label), got {fraction!r}")
+    @classmethod
+    def param_rules(cls, config, scenario):
+        c = {**FedAvg.params, **config}
+        objective = OBJECTIVES[c["objective"]]
+        return [
+            ("uv", not c["uv"] or objective.num_views == 2, f"false with objective {objective.name} (one view)"),
+            ("clip_mu", c["clip_mu"] >= 0, "a non-negative number"),
+            ("uv_weight", c["uv_weight"] >= 0, "a non-negative number"),
+            ("labelled_fraction", 0 <= c["labelled_fraction"] <= 1, "a fraction in [0, 1]"),
+            ("labelled_fraction", not (c["labelled_fraction"] > 0 and objective.uses_labels),
+             f"0 with objective {objective.name} (it uses every label)"),
+        ]
 
     # ---- networks ----------------------------------------------------------------------------
     def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:

@@ -121,7 +121,6 @@ class FedSC(FedAvg):
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
-        self.check_config(scenario["training"]["rounds"])
         sizes = torch.tensor(spec.client_sizes, dtype=torch.float64)
         self.client_weights = sizes / sizes.sum()  # q_j
         self.planned_shares = sum(self.shares_in(r) for r in range(scenario["training"]["rounds"] + 1))
@@ -130,15 +129,17 @@ class FedSC(FedAvg):
             self.noise_multiplier = noise_multiplier_for(self.config["target_epsilon"], self.config["delta"],
                                                          self.planned_shares)
 
-    def check_config(self, rounds: int) -> None:
-        c = self.config
-        checks = [
+    @classmethod
+    def param_rules(cls, config, scenario):
+        c, rounds = config, scenario["training"]["rounds"]
+        return [
+            *super().param_rules(config, scenario),
             ("objective", c["objective"] == "spectral", "spectral"),
             ("alpha_start", 0 <= c["alpha_start"] <= 1, "a number in [0, 1]"),
             ("alpha_end", 0 <= c["alpha_end"] <= 1, "a number in [0, 1]"),
             ("share_views", c["share_views"] >= 1, "a positive integer"),
             ("share_clip_mu", c["share_clip_mu"] >= 0, "a non-negative number (0: method.clip_mu)"),
-            ("share_clip_mu", self.share_mu > 0,
+            ("share_clip_mu", (c["share_clip_mu"] or c["clip_mu"]) > 0,
              "a positive number when method.clip_mu is 0 (DP-CalR's NormClip needs a bound)"),
             ("noise_sigma", c["noise_sigma"] >= 0, "a non-negative number"),
             ("target_epsilon", c["target_epsilon"] >= 0, "a non-negative number"),
@@ -148,9 +149,6 @@ class FedSC(FedAvg):
             ("share_from_round", 0 <= c["share_from_round"] <= rounds, f"a round in [0, {rounds}]"),
             ("share_every", c["share_every"] >= 1, "a positive integer"),
         ]
-        for key, ok, expected in checks:
-            if not ok:
-                raise ValueError(f"method.{key}: expected {expected}, got {c[key]!r}")
 
     @property
     def share_mu(self) -> float:

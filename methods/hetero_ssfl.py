@@ -63,7 +63,7 @@ import torch
 from torch import nn
 
 from simulator.evaluation.metrics import extract_features
-from methods.base import ClientUpload, evaluated_networks
+from methods.base import ClientUpload, ParamError, evaluated_networks
 from methods.fedavg import FedAvg, Workspace
 from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel
 from methods.objectives import Objective, project
@@ -84,18 +84,18 @@ def parse_tiers(tiers: list, default_encoder: str) -> tuple[Tier, ...]:
     """``method.tiers`` checked: encoders known and distinct, positive fractions summing to 1."""
     if not tiers:
         return (Tier(default_encoder, 1.0),)
-    expected = "method.tiers: expected a list of {fraction: number > 0, encoder: one of " + ", ".join(ENCODERS) + "}"
+    expected = "expected a list of {fraction: number > 0, encoder: one of " + ", ".join(ENCODERS) + "}"
     parsed = []
     for tier in tiers:
         if (not isinstance(tier, dict) or set(tier) != {"fraction", "encoder"} or tier["encoder"] not in ENCODERS
                 or isinstance(tier["fraction"], bool) or not isinstance(tier["fraction"], (int, float))
                 or not tier["fraction"] > 0):
-            raise ValueError(f"{expected}, got {tier!r}")
+            raise ParamError("tiers", f"{expected}, got {tier!r}")
         parsed.append(Tier(tier["encoder"], float(tier["fraction"])))
     if len({t.encoder for t in parsed}) != len(parsed):
-        raise ValueError(f"method.tiers: expected distinct encoders, got {[t.encoder for t in parsed]}")
+        raise ParamError("tiers", f"expected distinct encoders, got {[t.encoder for t in parsed]}")
     if not math.isclose(sum(t.fraction for t in parsed), 1.0, abs_tol=1e-6):
-        raise ValueError(f"method.tiers: expected fractions summing to 1, got {[t.fraction for t in parsed]}")
+        raise ParamError("tiers", f"expected fractions summing to 1, got {[t.fraction for t in parsed]}")
     return tuple(parsed)
 
 
@@ -189,10 +189,12 @@ class HeteroSSFL(FedAvg):
         """Clients run in the worker pool named after their tier's encoder (e.g. ``large_cnn``)."""
         return self.tiers[self.client_tier[client_id]].encoder
 
-    def check_extensions(self) -> None:
-        c = self.config
-        checks = [
-            ("objective", self.objective.name in ("byol", "simsiam"), "byol or simsiam (a predictor to align)"),
+    @classmethod
+    def param_rules(cls, config, scenario):
+        c = config
+        return [
+            *super().param_rules(config, scenario),
+            ("objective", c["objective"] in ("byol", "simsiam"), "byol or simsiam (a predictor to align)"),
             ("mu", c["mu"] >= 0, "a non-negative number"),
             ("rad_size", c["rad_size"] >= 2, "an integer >= 2"),
             ("rad_batch_size", c["rad_batch_size"] >= 2, "an integer >= 2"),
@@ -200,12 +202,13 @@ class HeteroSSFL(FedAvg):
             ("rad_term", c["rad_term"] in ("cka", "ssl"),
              "cka (Hetero-SSFL's alignment) or ssl (the control: SSL loss on the same RAD batches)"),
             ("eval_clients_per_tier", c["eval_clients_per_tier"] >= 1, "a positive integer"),
+            ("rad_term", not (c["rad_term"] == "ssl" and not c["mu"] > 0), "cka with mu = 0 (mu weights the RAD term)"),
         ]
-        for key, ok, expected in checks:
-            if not ok:
-                raise ValueError(f"method.{key}: expected {expected}, got {c[key]!r}")
-        if c["rad_term"] == "ssl" and not c["mu"] > 0:
-            raise ValueError("method.rad_term: expected cka with mu = 0 (mu weights the RAD term), got 'ssl'")
+
+    @classmethod
+    def check_params(cls, config, scenario):
+        super().check_params(config, scenario)
+        parse_tiers(config["tiers"], scenario["model"]["encoder"])
 
     # ---- networks ----------------------------------------------------------------------------
     def client_networks(self, tier: int, client_id: int) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:

@@ -176,26 +176,25 @@ class Orchestra(FedAvg):
         **{key: FedAvg.params[key] for key in SERVER_KEYS},
     }
 
+    @classmethod
+    def param_rules(cls, config, scenario):
+        c = config
+        integers = ("num_global_clusters", "num_local_clusters", "memory_size", "clustering_iterations",
+                    "global_clustering_steps")
+        return [
+            *super().param_rules(config, scenario),
+            *((key, c[key] >= 1, "a positive integer") for key in integers),
+            *((key, c[key] > 0, "a positive number") for key in ("temperature", "global_clustering_lr")),
+            ("target_momentum", 0 <= c["target_momentum"] <= 1, "a number in [0, 1]"),
+            ("clustering", c["clustering"] or c["degeneracy"], "true when degeneracy is false (no loss would be left)"),
+            ("global_clustering", c["global_clustering"] in GLOBAL_CLUSTERING,
+             f"one of {', '.join(GLOBAL_CLUSTERING)}"),
+        ]
+
     def __init__(self, scenario, spec):
         # FedAvg's own options (its objective, UV head, labelled fraction) keep their defaults, off;
         # the objective's networks are replaced by Orchestra's below.
         super().__init__(scenario, spec)
-        for key in ("num_global_clusters", "num_local_clusters", "memory_size", "clustering_iterations",
-                    "global_clustering_steps"):
-            if self.config[key] < 1:
-                raise ValueError(f"method.{key}: expected a positive integer, got {self.config[key]!r}")
-        for key in ("temperature", "global_clustering_lr"):
-            if not self.config[key] > 0:
-                raise ValueError(f"method.{key}: expected a positive number, got {self.config[key]!r}")
-        if not 0 <= self.config["target_momentum"] <= 1:
-            raise ValueError(f"method.target_momentum: expected a number in [0, 1], "
-                             f"got {self.config['target_momentum']!r}")
-        if not (self.config["clustering"] or self.config["degeneracy"]):
-            raise ValueError("method.clustering: expected true when degeneracy is false (no loss would be left), "
-                             "got false")
-        if self.config["global_clustering"] not in GLOBAL_CLUSTERING:
-            raise ValueError(f"method.global_clustering: expected one of {', '.join(GLOBAL_CLUSTERING)}, "
-                             f"got {self.config['global_clustering']!r}")
         self.objective = OrchestraNetworks(self.config, scenario["model"], spec.num_classes)
 
     # ---- server side -------------------------------------------------------------------------

@@ -143,6 +143,11 @@ def resolve(raw: dict, source: str = "<scenario>") -> dict[str, Any]:
     defaults["method"].update(copy.deepcopy(METHODS[method_name].params))
     scenario = merge(defaults, raw, source, "")
     check_values(scenario, source)
+    from methods.base import ParamError
+    try:
+        METHODS[method_name].check_params(scenario["method"], scenario)
+    except ParamError as err:
+        raise ScenarioError(source, f"method.{err.key}", err.message) from None
     return scenario
 
 

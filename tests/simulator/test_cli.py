@@ -1,6 +1,7 @@
 """``fedssl run`` / ``validate`` from the command line's point of view."""
 import json
 
+import pytest
 import yaml
 
 from simulator.cli import main
@@ -52,3 +53,32 @@ def test_used_output_directory_is_refused(synthetic_raw, tmp_path, capsys):
     assert main(["run", str(write(tmp_path, synthetic_raw)), "--out", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "data"
+
+
+BAD_METHOD_VALUES = [  # (method section, the key the error names); one per method and rule kind
+    ({"name": "fedavg", "objective": "supervised", "uv": True}, "method.uv"),
+    ({"name": "fedavg", "uv_weight": -1.0}, "method.uv_weight"),
+    ({"name": "fedavg", "labelled_fraction": 1.5}, "method.labelled_fraction"),
+    ({"name": "fedsc", "objective": "spectral", "alpha_end": 1.5}, "method.alpha_end"),
+    ({"name": "fedsc", "objective": "spectral", "share_from_round": 9}, "method.share_from_round"),
+    ({"name": "fedsc", "objective": "spectral", "clip_mu": 0.0}, "method.share_clip_mu"),
+    ({"name": "orchestra", "memory_size": -1}, "method.memory_size"),
+    ({"name": "orchestra", "clustering": False, "degeneracy": False}, "method.clustering"),
+    ({"name": "hetero_ssfl", "objective": "simclr"}, "method.objective"),
+    ({"name": "hetero_ssfl", "tiers": [{"fraction": 0.7, "encoder": "small_cnn"}]}, "method.tiers"),
+]
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("method, key", BAD_METHOD_VALUES, ids=[f"{m['name']}-{k}" for m, k in BAD_METHOD_VALUES])
+def test_bad_method_values_are_caught_before_anything_runs(synthetic_raw, tmp_path, capsys, command, method, key):
+    """Every method's parameters are checked with the scenario: one line under the method's key,
+    exit 2, nothing written (no run directory, no partition cache), from validate and run alike."""
+    scenario = write(tmp_path, {**synthetic_raw, "method": method})
+    out = tmp_path / "never"
+    argv = ["validate", str(scenario)] if command == "validate" else ["run", str(scenario), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {scenario}: {key}: expected "), err
+    assert err.count("\n") == 1, err
+    assert not out.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
