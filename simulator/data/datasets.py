@@ -90,6 +90,10 @@ def _load_files(name: str, root: str | Path | None, download: bool) -> ImageData
     """Find (or download) a file-based dataset and parse it."""
     source = _SOURCES[name]
     directories = _search_dirs(source, root)
+    if root is not None and not Path(root).expanduser().is_dir():
+        raise DatasetUnavailable(
+            f"{name}: dataset.root {root} is not a directory; give the directory that holds the files, or leave "
+            f"dataset.root unset to look in {SYSTEM_ROOT / source.dirname} and {CACHE_ROOT / source.dirname}")
     if download and not any(_locate(source, d) for d in directories):
         try:
             _download(source, CACHE_ROOT / source.dirname)

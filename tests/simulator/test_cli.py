@@ -36,6 +36,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(synthetic_raw, tmp_path
         ({**synthetic_raw, "dataset": {"name": "cifar10", "root": str(tmp_path / "empty")}},
          "cifar10"),
         ({**synthetic_raw, "partition": {"kind": "classes_per_client", "k": 11}}, "partition"),
+        # a mistyped root is an error even where the system copy of Fashion-MNIST exists
+        ({**synthetic_raw, "dataset": {"name": "fashion_mnist", "root": str(tmp_path / "typo")}},
+         f"dataset.root {tmp_path / 'typo'} is not a directory"),
     ]
     for raw, expected in cases:
         code = main(["run", str(write(tmp_path, raw)), "--out", str(out)])

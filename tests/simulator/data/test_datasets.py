@@ -142,6 +142,7 @@ def test_svhn_transposes_images_and_maps_label_10_to_0(tmp_path):
 
 
 def test_missing_files_raise_dataset_unavailable_saying_where_and_how(tmp_path):
+    (tmp_path / "mine").mkdir()
     with pytest.raises(DatasetUnavailable) as raised:
         load_dataset("fashion_mnist", root=tmp_path / "mine")
     message = str(raised.value)
@@ -209,3 +210,15 @@ def test_real_fashion_mnist(monkeypatch):
     assert torch.bincount(dataset.train_y).tolist() == [6000] * 10
     assert torch.bincount(dataset.test_y).tolist() == [1000] * 10
     assert 70 < dataset.train_x.numpy().mean() < 75  # Fashion-MNIST's mean pixel is 72.94
+
+
+def test_a_root_that_does_not_exist_is_an_error_not_the_system_copy(tmp_path, monkeypatch):
+    """A mistyped ``dataset.root`` must not silently train on another copy of the data."""
+    write_fashion(tmp_path / "system" / "fashion-mnist", ".gz", np.random.default_rng(6))
+    monkeypatch.setattr(datasets, "SYSTEM_ROOT", tmp_path / "system")
+    assert len(load_dataset("fashion_mnist").train_y) > 0  # the system copy is there
+    with pytest.raises(DatasetUnavailable) as raised:
+        load_dataset("fashion_mnist", root=tmp_path / "typo")
+    message = str(raised.value)
+    assert f"dataset.root {tmp_path / 'typo'} is not a directory" in message
+    assert str(tmp_path / "system" / "fashion-mnist") in message
