@@ -7,12 +7,14 @@ writes ``sweep.parquet``, ``sweep.md`` and one PNG per measure against the first
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simulator.progress import Pace
 from simulator.runlog import atomic_write
 from simulator.scenario import ScenarioError, load_scenario
 
@@ -62,10 +64,13 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
         raise FileExistsError(f"{out}: output directory is not empty; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for combo, scenario in zip(combos, scenarios):
+    pace = Pace(len(combos))
+    for i, (combo, scenario) in enumerate(zip(combos, scenarios), 1):
+        print(f"sweep: run {i}/{len(combos)} ({', '.join(combo)})  {pace.text(i - 1)}", file=sys.stderr, flush=True)
         _, summary = run_scenario(scenario, str(out / ",".join(combo)), progress=progress)
         rows.append(row_of(combo, scenario, summary))
         write_outputs(rows, keys, out)
+    print(f"sweep: {len(combos)}/{len(combos)} runs done  {pace.text(len(combos))}", file=sys.stderr, flush=True)
     return rows
 
 

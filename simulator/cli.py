@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from simulator.scenario import ScenarioError, load_scenario
@@ -187,10 +188,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
-        from simulator.run import run_scenario
         from simulator.federation import WorkerFailure
+        from simulator.run import RunStopped, run_scenario, stop_signals
         try:
-            run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
+            with stop_signals():
+                run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
+        except RunStopped as err:
+            print(f"\nfedssl: {err}", file=sys.stderr)
+            return 128 + getattr(signal, err.signal_name)
         except WorkerFailure as err:
             print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
                   f"{err.last_checkpoint or 'none (it failed before the first)'}", file=sys.stderr)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from dataclasses import replace
 
 import ray
@@ -35,7 +37,13 @@ def start_ray(address: str | None) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     if address is None:
         address = os.environ.get("RAY_ADDRESS", "local")
+    # ray.init replaces the SIGTERM handler (with sys.exit); a caller's own handler (the command
+    # line's clean stop) is put back, a default one is left to Ray
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
+    if callable(previous):
+        signal.signal(signal.SIGTERM, previous)
 
 
 @ray.remote

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shutil
-import sys
+import signal
 import threading
 import time
 from pathlib import Path
@@ -17,6 +17,7 @@ from simulator.context import RoundContext, freeze
 from simulator.data.store import PartitionReader, prepare_partition
 from simulator.federation import WorkerFailure
 from simulator.population import Population
+from simulator.progress import Progress
 from simulator.resources import memory_mb, process_start_time
 from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
                               write_summary)
@@ -28,23 +29,45 @@ def data_spec(partition_dir: Path) -> DataSpec:
     return DataSpec(reader.channels, reader.image_size, reader.num_classes, tuple(int(s) for s in reader.sizes))
 
 
-class Progress:
-    """One line per round on stderr (rewritten in place on a terminal)."""
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached the driver (raised by the handlers of :func:`stop_signals`)."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled
-        self.tty = sys.stderr.isatty()
+    def __init__(self, signal_name: str = "SIGINT"):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
-    def show(self, round_index: int, metrics: dict[str, float], last_eval: dict[str, float]) -> None:
-        if not self.enabled:
-            return
-        loss = metrics.get("train/loss", float("nan"))
-        line = (f"round {round_index}/{self.total}  loss {loss:.4f}  "
-                f"{metrics.get('time/round_seconds', 0):.2f} s/round")
-        if last_eval:
-            line += f"  knn {100 * last_eval['knn_top1']:.2f}%  linear {100 * last_eval['linear_top1']:.2f}%"
-        end = "" if self.tty and round_index < self.total else "\n"
-        print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)
+
+class RunStopped(Exception):
+    """A run stopped by a signal: what it reached, and how to continue it."""
+
+    def __init__(self, signal_name: str, run_dir: Path | None, last_round: int | None, rounds: int):
+        self.signal_name, self.run_dir, self.last_round, self.rounds = signal_name, run_dir, last_round, rounds
+        reached = ("before its first round" if last_round is None
+                   else f"after round {last_round} of {rounds}")
+        resume = (f"; resume it with: fedssl run --resume {run_dir}" if run_dir is not None and run_dir.exists()
+                  else "; nothing was written")
+        super().__init__(f"stopped by {signal_name} {reached}{resume}")
+
+
+class stop_signals:
+    """Within the block, SIGINT and SIGTERM raise :class:`Stopped` in the main thread (restored after)."""
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __enter__(self):
+        self.saved = {}
+        for name in self.SIGNALS:
+            number = getattr(signal, name)
+            self.saved[number] = signal.signal(number, self.raise_stopped)
+        return self
+
+    @staticmethod
+    def raise_stopped(number, frame):
+        raise Stopped(signal.Signals(number).name)
+
+    def __exit__(self, *exc):
+        for number, handler in self.saved.items():
+            signal.signal(number, handler)
 
 
 def start_federation(scenario: dict[str, Any]):
@@ -74,7 +97,11 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
 
     loader = threading.Thread(target=prepare, daemon=True)
     loader.start()
-    federation = start_federation(scenario)
+    run_dir, loop = None, None
+    try:
+        federation = start_federation(scenario)
+    except KeyboardInterrupt as err:
+        raise RunStopped(getattr(err, "signal_name", "SIGINT"), None, None, scenario["training"]["rounds"]) from None
     try:
         loader.join()
         if "error" in prepared:
@@ -96,12 +123,17 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
             if client_state_dir is not None:
                 restore_client_states(checkpoint, client_state_dir)
             federation.restore(resumed["state"])
+        loop = RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed)
         try:
-            return run_dir, RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed).run(progress)
+            return run_dir, loop.run(progress)
         except WorkerFailure as err:
             checkpoint = latest_checkpoint(run_dir)
             err.last_checkpoint = str(checkpoint) if checkpoint else None
             raise
+    except KeyboardInterrupt as err:
+        last_round = loop.last_round if loop is not None else None
+        raise RunStopped(getattr(err, "signal_name", "SIGINT"), run_dir, last_round,
+                         scenario["training"]["rounds"]) from None
     finally:
         federation.shutdown()
 
@@ -151,6 +183,7 @@ class RunLoop:
         self.launch_to_round1 = resumed.get("launch_to_round1")
         self.next_round = resumed["round"] + 1 if resumed else (
             0 if METHODS[scenario["method"]["name"]].has_setup_round else 1)
+        self.last_round = resumed["round"] if resumed else None  # the last round whose server step is done
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
         self.eval_enabled = scenario["eval"]["enabled"]
         self.pending: dict[int, Any] = {}
@@ -177,13 +210,14 @@ class RunLoop:
         seed, rounds = scenario["seed"], scenario["training"]["rounds"]
         eval_every = scenario["eval"]["every"]
         checkpoint_every = scenario["output"]["checkpoint_every"]
-        display = Progress(rounds, progress)
+        display = Progress(rounds, progress, first_round=self.next_round, elapsed_before=self.elapsed_before)
         population = Population(scenario["population"], scenario["training"]["local_epochs"],
                                 federation.spec.client_sizes, seed)
         for r in range(self.next_round, rounds + 1):
             plan = population.plan(r)
             began = time.time()
             metrics = federation.run_round(RoundContext(r, rounds, plan.completed, seed, hparams))
+            self.last_round = r
             metrics.update({"time/round_seconds": time.time() - began, **plan.counts(),
                             "memory/driver_rss_mb": memory_mb()["rss_mb"]})
             self.log.log(r, metrics)

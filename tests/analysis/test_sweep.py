@@ -26,7 +26,12 @@ def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, caps
     assert all(0 <= r["final_knn_top1"] <= 1 for r in rows)
     for measure in ("seconds_per_round", "samples_per_second", "workers_peak_mb", "final_linear_top1"):
         assert (out / f"{measure}.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| population.num_clients |" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "| population.num_clients |" in printed.out
+    lines = [line for line in printed.err.splitlines() if line.startswith("sweep: ")]
+    assert lines[0].startswith("sweep: run 1/2 (population.num_clients=4)  elapsed ") and "eta" not in lines[0]
+    assert lines[1].startswith("sweep: run 2/2 (population.num_clients=8)  elapsed ") and "  eta " in lines[1]
+    assert lines[2].startswith("sweep: 2/2 runs done  elapsed ") and len(lines) == 3
 
 
 def test_sweep_validates_every_combination_before_running(synthetic_raw, tmp_path, capsys):

@@ -1,0 +1,111 @@
+"""Clean stops: SIGINT or SIGTERM during a run ends it with one line naming the round it reached and
+the command that resumes it; no process is left behind, and the resumed run ends where an
+uninterrupted one does."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MACHINE_DEPENDENT = ("time/", "memory/")
+
+
+def ray_processes() -> set[int]:
+    """Pids of the machine's Ray processes (raylet, GCS, workers, agents)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"ray" in cmdline and (b"raylet" in cmdline or b"gcs_server" in cmdline or b"default_worker" in cmdline
+                                  or b"ray/_private" in cmdline or b"ray::" in cmdline):
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    living = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            living.add(pid)
+    return living
+
+
+def fedssl(*args) -> list[str]:
+    return [sys.executable, "-c", "import sys; from simulator.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+
+
+def metrics_of(run_dir: Path) -> dict:
+    return {(row["round"], row["name"]): row["value"] for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
+            if not row["name"].startswith(MACHINE_DEPENDENT)}
+
+
+def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int) -> subprocess.CompletedProcess:
+    """Start ``fedssl run``, send the signal as soon as round 1's line is printed, wait for the end."""
+    process = subprocess.Popen(fedssl("run", str(scenario), "--out", str(run_dir)), cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("round 1/"):
+            process.send_signal(signal_number)
+            break
+    out, err = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, "".join(lines) + err)
+
+
+@pytest.fixture
+def slow_raw(synthetic_raw):
+    """Rounds of a few seconds (so that a signal lands inside round 2), a checkpoint every round."""
+    return {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 5, "local_epochs": 4},
+            "eval": {**synthetic_raw["eval"], "every": 5}, "output": {"checkpoint_every": 1}}
+
+
+def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrupted_run_does(slow_raw, tmp_path):
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(yaml.safe_dump(slow_raw))
+    before = ray_processes()
+    stopped = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGINT)
+    assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("fedssl: stopped by SIGINT after round ") and last.endswith(
+        f" of 5; resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
+    assert "Traceback" not in stopped.stderr, stopped.stderr
+    deadline = time.time() + 60
+    while alive(ray_processes() - before) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive(ray_processes() - before), "Ray processes left behind"
+    assert not (tmp_path / "stopped" / "summary.json").exists()
+
+    resumed = subprocess.run(fedssl("run", "--resume", str(tmp_path / "stopped"), "--quiet"), cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet"), cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    assert metrics_of(tmp_path / "stopped") == metrics_of(tmp_path / "whole")
+
+
+@pytest.mark.parametrize("executor", ["ray", "in_process"])
+def test_sigterm_stops_a_run_with_one_line(slow_raw, tmp_path, executor):
+    """(On Ray: ray.init installs its own SIGTERM handler; the command line's is put back.)"""
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(yaml.safe_dump({**slow_raw, "executor": executor}))
+    stopped = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGTERM)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "Traceback" not in stopped.stderr, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1].startswith("fedssl: stopped by SIGTERM after round "), stopped.stderr
+    assert (tmp_path / "stopped" / "checkpoints").is_dir()
