@@ -19,6 +19,7 @@ from simulator.federation import WorkerFailure
 from simulator.population import Population
 from simulator.progress import Progress
 from simulator.resources import memory_mb, process_start_time
+from simulator.scenario import fraction_suffix
 from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
                               write_summary)
 
@@ -162,6 +163,16 @@ def traffic_and_speed(rows: list[tuple[int, str, float, float]]) -> dict[str, fl
             "driver_rss_mb_max": driver_rss}
 
 
+def headline_tags(scenario: dict[str, Any]) -> list[str]:
+    """The metrics a run is compared by (TensorBoard's HParams table): the evaluations, label-efficient
+    ones included, and the training loss."""
+    tags = ["eval/linear_top1", "eval/knn_top1"]
+    for fraction in scenario["eval"]["label_fractions"]:
+        suffix = fraction_suffix(fraction)
+        tags += [f"eval/linear_top1_{suffix}", f"eval/knn_top1_{suffix}"]
+    return tags + ["train/loss"]
+
+
 class RunLoop:
     """The rounds, evaluations and checkpoints of a run; writes the run files.
 
@@ -185,6 +196,8 @@ class RunLoop:
             0 if METHODS[scenario["method"]["name"]].has_setup_round else 1)
         self.last_round = resumed["round"] if resumed else None  # the last round whose server step is done
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
+        if not resumed:
+            self.log.log_scenario(scenario, headline_tags(scenario))
         self.eval_enabled = scenario["eval"]["enabled"]
         self.pending: dict[int, Any] = {}
         # the round-0 networks are taken now and evaluated after round 1, not to slow the start

@@ -28,6 +28,20 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def flat_hparams(node: dict[str, Any], prefix: str = "") -> dict[str, str | float | int | bool]:
+    """A nested scenario as one level of dotted keys with TensorBoard HParams values: numbers,
+    booleans and strings as they are, lists as JSON, null as ``"null"``."""
+    flat: dict[str, str | float | int | bool] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            flat.update(flat_hparams(value, f"{prefix}{key}."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[prefix + key] = value
+        else:
+            flat[prefix + key] = json.dumps(value)
+    return flat
+
+
 def new_run_dir(out: str | None, scenario: dict) -> Path:
     """``out`` if given (it must not hold files), else ``<output.dir>/<name>-<timestamp>``."""
     if out is None:
@@ -58,6 +72,27 @@ class RunLog:
         self.start = start
         self.rows: list[tuple[int, str, float, float]] = list(rows or [])
         self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
+
+    # TensorBoard's custom-scalars dashboard: each chart gathers the tags its regular expressions match
+    LAYOUT = {
+        "accuracy": {"kNN (backbone)": [r"eval/(.+/)?knn_top1.*"], "linear probe": [r"eval/(.+/)?linear_top1.*"],
+                     "fine-tuning": [r"eval/(.+/)?finetune_top1.*"],
+                     "kNN (projector)": [r"eval/(.+/)?knn_projector_top1.*"]},
+        "loss": {"training loss": [r"train/.*loss.*"]},
+        "population": {"clients": [r"clients/.*"], "round time": [r"time/.*"]},
+        "communication": {"bytes up": [r"bytes_up/.*"], "bytes down": [r"bytes_down/.*"]},
+    }
+
+    def log_scenario(self, scenario: dict[str, Any], metric_tags: list[str]) -> None:
+        """The run's resolved scenario as TensorBoard HParams (each key flattened, e.g.
+        ``training.lr``; lists as JSON), with ``metric_tags`` as the table's metrics, and the
+        custom-scalars layout. Written once, when a run starts."""
+        from torch.utils.tensorboard.summary import custom_scalars, hparams
+        for summary in hparams(flat_hparams(scenario), {tag: float("nan") for tag in metric_tags}):
+            self.writer.file_writer.add_summary(summary)
+        layout = {category: {chart: ["Multiline", tags] for chart, tags in charts.items()}
+                  for category, charts in self.LAYOUT.items()}
+        self.writer.file_writer.add_summary(custom_scalars(layout))
 
     def log(self, round_index: int, metrics: dict[str, float]) -> None:
         wall = time.time() - self.start

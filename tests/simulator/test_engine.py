@@ -71,6 +71,42 @@ def test_tensorboard_events_read_back(ray_session, synthetic_raw, tmp_path):
     assert sorted(e.step for e in events.Scalars("eval/knn_top1")) == [0, 1, 2]
 
 
+def test_tensorboard_hparams_and_custom_scalars_read_back(ray_session, synthetic_raw, tmp_path):
+    """The resolved scenario in TensorBoard's HParams table, with the headline metrics, and the
+    custom-scalars layout (accuracy, loss, population, communication) whose charts match logged tags."""
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    run_dir, _, _ = run(synthetic_raw, tmp_path, "tb-hparams")
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    hparams = {tag: plugin_data_pb2.HParamsPluginData.FromString(content)
+               for tag, content in events.PluginTagToContent("hparams").items()}
+    session = hparams["_hparams_/session_start_info"].session_start_info.hparams
+    values = {key: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind")) for key, value in session.items()}
+    assert values["method.name"] == "fedavg" and values["method.objective"] == "simclr"
+    assert values["training.lr"] == 0.05 and values["seed"] == 3 and values["population.num_clients"] == 8
+    assert values["ray.worker_pools"] == "[]" and values["dataset.root"] == "null"
+    experiment = hparams["_hparams_/experiment"].experiment
+    metric_tags = [m.name.tag for m in experiment.metric_infos]
+    assert metric_tags[:2] == ["eval/linear_top1", "eval/knn_top1"] and "eval/linear_top1_1pct" in metric_tags
+    scalar_tags = events.Tags()["scalars"]
+    assert set(metric_tags) <= set(scalar_tags)  # the table's columns are logged scalars
+    assert "custom_scalars__config__" in events.PluginTagToContent("custom_scalars")
+    layout = layout_pb2.Layout.FromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    charts = {category.title: {chart.title: list(chart.multiline.tag) for chart in category.chart}
+              for category in layout.category}
+    assert sorted(charts) == ["accuracy", "communication", "loss", "population"]
+    matched = lambda patterns: [t for t in scalar_tags if any(re.fullmatch(p, t) for p in patterns)]
+    assert "eval/knn_top1" in matched(charts["accuracy"]["kNN (backbone)"])
+    assert "eval/knn_projector_top1" not in matched(charts["accuracy"]["kNN (backbone)"])
+    assert "train/loss" in matched(charts["loss"]["training loss"])
+    assert "clients/completed" in matched(charts["population"]["clients"])
+    assert "bytes_up/weights" in matched(charts["communication"]["bytes up"])
+
+
 def test_tier_pools_with_their_own_resources_give_the_single_pool_result(ray_session, synthetic_raw, tmp_path):
     """Hetero-SSFL's large_cnn clients run in their own pool of workers: results do not change."""
     raw = {**synthetic_raw,

@@ -1,7 +1,6 @@
 """Clean stops: SIGINT or SIGTERM during a run ends it with one line naming the round it reached and
 the command that resumes it; no process is left behind, and the resumed run ends where an
 uninterrupted one does."""
-import os
 import signal
 import subprocess
 import sys
