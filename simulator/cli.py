@@ -10,6 +10,7 @@ import argparse
 import json
 import signal
 import sys
+from pathlib import Path
 
 from simulator.scenario import ScenarioError, load_scenario
 
@@ -160,6 +161,11 @@ def claim(args) -> int:
     return 0
 
 
+def refuses(out: Path) -> bool:
+    """Whether ``out`` holds files already (a run never writes into such a directory)."""
+    return out.exists() and any(out.iterdir())
+
+
 def check_data(scenario: dict) -> None:
     """Fail early (DatasetUnavailable, ValueError) if the data or the partition cannot be had."""
     from simulator.data.store import prepare_partition
@@ -183,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and args.resume:
             args.scenario = resumable(args.resume, args.overrides)
         scenario = load_scenario(args.scenario, args.overrides)
+        if args.command == "run" and args.out and refuses(Path(args.out)):
+            raise FileExistsError(f"{args.out}: output directory is not empty; choose another --out")
         check_data(scenario)
         if args.command == "validate":
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "

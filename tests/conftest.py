@@ -10,6 +10,8 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 def ray_session():
     """A local Ray instance with 4 logical CPUs (so up to 4 one-CPU workers fit on 2 cores)."""
     import ray
+    if ray.is_initialized():  # a test run before this one started Ray on its own: start ours afresh
+        ray.shutdown()
     ray.init(num_cpus=4, include_dashboard=False, logging_level="warning")
     yield ray
     ray.shutdown()

@@ -56,6 +56,7 @@ def test_used_output_directory_is_refused(synthetic_raw, tmp_path, capsys):
     assert main(["run", str(write(tmp_path, synthetic_raw)), "--out", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "data"
+    assert not (tmp_path / "cache").exists()  # refused before the data (and Ray) were touched
 
 
 BAD_METHOD_VALUES = [  # (method section, the key the error names); one per method and rule kind
