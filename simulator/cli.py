@@ -144,10 +144,10 @@ def claim(args) -> int:
         return 2
     for note in stale_notes(scenarios, states):
         print(note, file=sys.stderr)
-    from simulator.federation import WorkerFailure
+    from simulator.federation import RunFailure
     try:
         run_missing(suite, scenarios, states, progress=args.progress)
-    except WorkerFailure as err:
+    except RunFailure as err:
         print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
               f"{err.last_checkpoint or 'none (it failed before the first)'}; run the claim again to resume",
               file=sys.stderr)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
-        from simulator.federation import WorkerFailure
+        from simulator.federation import RunFailure
         from simulator.run import RunStopped, run_scenario, stop_signals
         try:
             with stop_signals():
@@ -204,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         except RunStopped as err:
             print(f"\nfedssl: {err}", file=sys.stderr)
             return 128 + getattr(signal, err.signal_name)
-        except WorkerFailure as err:
+        except RunFailure as err:
+            resume = f"; resume it with: fedssl run --resume {err.run_dir}" if err.last_checkpoint else ""
             print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
-                  f"{err.last_checkpoint or 'none (it failed before the first)'}", file=sys.stderr)
+                  f"{err.last_checkpoint or 'none (it failed before the first)'}{resume}", file=sys.stderr)
             return 1
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)

@@ -23,7 +23,7 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import (Server, WorkerFailure, WorkerResult, add_phase_metrics, route_cohort, simulate_clients,
+from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, add_phase_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
 from simulator.resources import memory_mb
 
@@ -89,8 +89,7 @@ class WorkerActor:
         return memory_mb()
 
 
-@ray.remote
-class ServerActor:
+class ParameterServer:
     """The parameter server: global state and the method's server step."""
 
     def __init__(self, scenario: dict):
@@ -126,8 +125,7 @@ class ServerActor:
         return memory_mb()
 
 
-@ray.remote
-class EvaluatorActor:
+class Evaluator:
     """kNN and linear-probe evaluation, single-threaded so its results do not depend on the host."""
 
     def __init__(self, scenario: dict):
@@ -142,6 +140,8 @@ class EvaluatorActor:
         return memory_mb()
 
 
+ServerActor = ray.remote(ParameterServer)
+EvaluatorActor = ray.remote(Evaluator)
 StoreActor = ray.remote(ClientStateStore)
 
 
@@ -158,13 +158,30 @@ class RayFederation:
         self.scenario = scenario
         # the global state, the evaluator and the client store stay on the driver's node; workers spread
         self.on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.server = ServerActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(scenario)
+        self.server = self.new_server()
         self.evaluator = None  # created at the first evaluation, so it does not slow the start
         self.pools = worker_pools(scenario)
         self.worker_pool = [name for name, pool in self.pools.items() for _ in range(pool["count"])]
         self.workers = [self.new_worker(name) for name in self.worker_pool]
         self.store = None
-        self.worker_restarts = 0
+        self.worker_restarts = self.server_restarts = self.evaluator_restarts = 0
+
+    def new_server(self) -> "ray.actor.ActorHandle":
+        return ServerActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
+
+    def replace_server(self) -> None:
+        """A new parameter server in its initial state (the run loop restores a checkpoint into it)."""
+        ray.kill(self.server)
+        self.server = self.new_server()
+        self.server.setup.remote(self.spec, self.store)
+        self.server_restarts += 1
+
+    def alive(self, actor: "ray.actor.ActorHandle") -> bool:
+        try:
+            ray.get(actor.memory.remote())
+            return True
+        except ray.exceptions.RayActorError:
+            return False
 
     def new_worker(self, pool: str) -> "ray.actor.ActorHandle":
         resources = self.pools[pool]
@@ -217,12 +234,15 @@ class RayFederation:
             for i, (status, _) in enumerate(submitted):
                 try:
                     ray.get(status)
-                except ray.exceptions.RayActorError:
-                    failed.append(i)
-                except ray.exceptions.RayTaskError as err:
-                    if isinstance(getattr(err, "cause", None), FloatingPointError):
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                    if not self.alive(self.server):  # the share's broadcast came from the lost server
+                        raise ServerLost(f"round {ctx.round}: the parameter server died") from None
+                    if isinstance(err, ray.exceptions.RayActorError):
+                        failed.append(i)
+                    elif isinstance(getattr(err, "cause", None), FloatingPointError):
                         raise WorkerFailure(str(err.cause)) from None
-                    raise
+                    else:
+                        raise
             if not failed:
                 break
             if attempt == self.MAX_WORKER_RESTARTS_PER_ROUND:
@@ -232,7 +252,10 @@ class RayFederation:
                 submitted[i] = submit(i)
         if self.store is not None:
             ray.get(self.store.commit.remote())
-        return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
+        try:
+            return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
+        except ray.exceptions.RayActorError:
+            raise ServerLost(f"round {ctx.round}: the parameter server died") from None
 
     def peak_memory_mb(self) -> dict[str, float]:
         """Peak resident memory of the driver, the server, the evaluator and all workers together."""
@@ -249,28 +272,49 @@ class RayFederation:
         """The networks to evaluate, as they are now (calls on the server run in order)."""
         return self.server.eval_networks.remote()
 
-    def submit_eval(self, networks: ray.ObjectRef | None = None) -> ray.ObjectRef:
-        """Evaluate ``networks`` (default: the current ones) in the background."""
+    def new_evaluator(self) -> "ray.actor.ActorHandle":
+        return EvaluatorActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
+
+    def submit_eval(self, networks: ray.ObjectRef | None = None) -> tuple[ray.ObjectRef, ray.ObjectRef]:
+        """Evaluate ``networks`` (default: the current ones) in the background; returns a handle
+        (the networks, the result) for :meth:`ready` and :meth:`result`."""
         if self.evaluator is None:
-            self.evaluator = EvaluatorActor.options(
-                num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
-        return self.evaluator.evaluate.remote(networks if networks is not None else self.networks_now())
+            self.evaluator = self.new_evaluator()  # created at the first evaluation, not to slow the start
+        networks = networks if networks is not None else self.networks_now()
+        return networks, self.evaluator.evaluate.remote(networks)
 
     def state(self) -> dict:
-        return ray.get(self.server.state.remote())
+        try:
+            return ray.get(self.server.state.remote())
+        except ray.exceptions.RayActorError:
+            raise ServerLost("the parameter server died") from None
 
     def restore(self, state: dict) -> None:
         ray.get(self.server.restore.remote(state))
 
     @staticmethod
-    def ready(evaluation: ray.ObjectRef) -> bool:
+    def ready(evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> bool:
         """Whether a submitted evaluation has finished."""
-        return bool(ray.wait([evaluation], timeout=0)[0])
+        return bool(ray.wait([evaluation[1]], timeout=0)[0])
 
-    @staticmethod
-    def result(evaluation: ray.ObjectRef) -> dict[str, dict[str, float]]:
-        """A submitted evaluation's result (waits for it)."""
-        return ray.get(evaluation)
+    def result(self, evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> dict[str, dict[str, float]]:
+        """A submitted evaluation's result (waits for it). A dead evaluator is replaced and the
+        evaluation submitted again; networks lost with a dead parameter server raise ServerLost."""
+        networks, result = evaluation
+        for attempt in range(self.MAX_WORKER_RESTARTS_PER_ROUND + 1):
+            try:
+                return ray.get(result)
+            except ray.exceptions.RayActorError:
+                try:
+                    ray.get(networks)
+                except ray.exceptions.RayActorError:
+                    raise ServerLost("the parameter server died before handing out networks to evaluate") from None
+                if attempt == self.MAX_WORKER_RESTARTS_PER_ROUND:
+                    raise
+                ray.kill(self.evaluator)
+                self.evaluator = self.new_evaluator()
+                self.evaluator_restarts += 1
+                result = self.evaluator.evaluate.remote(networks)
 
     def shutdown(self) -> None:
         for actor in [self.server, self.evaluator, *self.workers, getattr(self, "store", None)]:

@@ -17,10 +17,24 @@ from simulator.context import RoundContext
 from simulator.stats import Stats, sum_stats
 
 
-class WorkerFailure(RuntimeError):
-    """A client step raised (e.g. a non-finite loss): the message names round, client and method."""
+class RunFailure(RuntimeError):
+    """A run that cannot go on; ``last_checkpoint`` (set by the driver) is where a resume starts."""
 
     last_checkpoint: str | None = None
+    run_dir: str | None = None
+
+
+class WorkerFailure(RunFailure):
+    """A client step raised (e.g. a non-finite loss): the message names round, client and method."""
+
+
+class ServerLost(RuntimeError):
+    """The parameter-server actor died; the run loop restarts it from the newest checkpoint."""
+
+
+class ServerFailure(RunFailure):
+    """The parameter server died and could not be restarted (its checkpoint cannot be read, or it
+    kept dying)."""
 
 
 def worker_device(num_gpus: float) -> torch.device:

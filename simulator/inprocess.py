@@ -43,7 +43,7 @@ class threads:
 class InProcessFederation:
     """The interface of ``engine.RayFederation``, in the driver's process."""
 
-    worker_restarts = 0
+    worker_restarts = server_restarts = evaluator_restarts = 0
 
     def __init__(self, scenario: dict):
         self.scenario = scenario
@@ -60,6 +60,11 @@ class InProcessFederation:
         self.reader = PartitionReader(partition_dir)
         if client_state_dir is not None:
             self.store = ClientStateStore(client_state_dir)
+
+    def replace_server(self) -> None:
+        """A parameter server in its initial state (never needed here: it cannot die alone)."""
+        self.server = Server(build_method(self.scenario, self.spec))
+        self.server_restarts += 1
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
         metrics: dict[str, float] = {}

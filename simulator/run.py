@@ -1,6 +1,7 @@
 """The driver of one run: data, Ray start-up (overlapped), the rounds, evaluation, the run files."""
 from __future__ import annotations
 
+import pickle
 import shutil
 import signal
 import threading
@@ -15,7 +16,7 @@ from methods import METHODS
 from methods.base import DataSpec
 from simulator.context import RoundContext, freeze
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import WorkerFailure
+from simulator.federation import RunFailure, ServerFailure, ServerLost
 from simulator.population import Population
 from simulator.progress import Progress
 from simulator.resources import memory_mb, process_start_time
@@ -127,9 +128,10 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         loop = RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed)
         try:
             return run_dir, loop.run(progress)
-        except WorkerFailure as err:
+        except RunFailure as err:
             checkpoint = latest_checkpoint(run_dir)
             err.last_checkpoint = str(checkpoint) if checkpoint else None
+            err.run_dir = str(run_dir)
             raise
     except KeyboardInterrupt as err:
         last_round = loop.last_round if loop is not None else None
@@ -199,6 +201,7 @@ class RunLoop:
         if not resumed:
             self.log.log_scenario(scenario, headline_tags(scenario))
         self.eval_enabled = scenario["eval"]["enabled"]
+        self.hparams = freeze(scenario)
         self.pending: dict[int, Any] = {}
         # the round-0 networks are taken now and evaluated after round 1, not to slow the start
         self.initial_networks = federation.networks_now() if self.eval_enabled and 0 not in self.evals else None
@@ -217,45 +220,91 @@ class RunLoop:
             "elapsed": time.time() - self.start},
             self.client_state_dir)
 
+    def play_round(self, r: int, population: Population, display: Progress) -> None:
+        """Round ``r``: the federation's round, its log, the evaluations due, a checkpoint if due."""
+        scenario, federation = self.scenario, self.federation
+        rounds, eval_every = scenario["training"]["rounds"], scenario["eval"]["every"]
+        plan = population.plan(r)
+        began = time.time()
+        metrics = federation.run_round(RoundContext(r, rounds, plan.completed, scenario["seed"], self.hparams))
+        self.last_round = r
+        metrics.update({"time/round_seconds": time.time() - began, **plan.counts(),
+                        "memory/driver_rss_mb": memory_mb()["rss_mb"]})
+        self.log.log(r, metrics)
+        if r == 1:
+            self.time_to_round1 = time.time() - self.start
+            launched = process_start_time()
+            self.launch_to_round1 = time.time() - launched if launched and not self.elapsed_before else None
+        if self.initial_networks is not None and r >= 1:
+            self.pending[0] = federation.submit_eval(self.initial_networks)
+            self.initial_networks = None
+        if self.eval_enabled and r >= 1 and (r % eval_every == 0 or r == rounds):
+            self.pending[r] = federation.submit_eval()
+        self.collect_evals(wait=False)
+        if r >= 1 and (r % scenario["output"]["checkpoint_every"] == 0 or r == rounds):
+            self.checkpoint(r)
+        self.log.flush()
+        display.show(r, metrics, self.evals[max(self.evals)] if self.evals else {})
+
+    def heal(self, lost: ServerLost) -> int:
+        """A new parameter server from the newest checkpoint (or from the start, where there is
+        none yet), the client-state store and the logs rewound with it; returns the round to play
+        next. The rounds since are played again and, deterministic, give the fault-free result."""
+        checkpoint = latest_checkpoint(self.run_dir)
+        if self.federation.server_restarts >= self.MAX_SERVER_RESTARTS:
+            raise ServerFailure(f"{lost}; it kept dying ({self.federation.server_restarts} restarts)")
+        payload = None
+        if checkpoint is not None:
+            try:
+                payload = torch.load(checkpoint / "state.pt", weights_only=False)
+            except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+                raise ServerFailure(f"{lost} and its checkpoint {checkpoint} cannot be read ({err})") from None
+        self.federation.replace_server()
+        self.pending.clear()
+        if payload is None:  # no checkpoint yet: from the beginning
+            if self.client_state_dir is not None:
+                shutil.rmtree(self.client_state_dir, ignore_errors=True)
+                self.client_state_dir.mkdir(parents=True)
+            self.log.rewind([], purge_step=0)
+            self.log.log_scenario(self.scenario, headline_tags(self.scenario))
+            self.evals = {}
+            self.initial_networks = self.federation.networks_now() if self.eval_enabled else None
+            self.last_round = None
+            return 0 if METHODS[self.scenario["method"]["name"]].has_setup_round else 1
+        self.federation.restore(payload["state"])
+        if self.client_state_dir is not None:
+            restore_client_states(checkpoint, self.client_state_dir)
+        self.log.rewind(payload["rows"], purge_step=payload["round"] + 1)
+        self.evals = dict(payload["evals"])
+        self.last_round = payload["round"]
+        return payload["round"] + 1
+
+    MAX_SERVER_RESTARTS = 3
+
     def run(self, progress: bool) -> dict:
         scenario, federation = self.scenario, self.federation
-        hparams = freeze(scenario)
-        seed, rounds = scenario["seed"], scenario["training"]["rounds"]
-        eval_every = scenario["eval"]["every"]
-        checkpoint_every = scenario["output"]["checkpoint_every"]
+        rounds = scenario["training"]["rounds"]
         display = Progress(rounds, progress, first_round=self.next_round, elapsed_before=self.elapsed_before)
         population = Population(scenario["population"], scenario["training"]["local_epochs"],
-                                federation.spec.client_sizes, seed)
-        for r in range(self.next_round, rounds + 1):
-            plan = population.plan(r)
-            began = time.time()
-            metrics = federation.run_round(RoundContext(r, rounds, plan.completed, seed, hparams))
-            self.last_round = r
-            metrics.update({"time/round_seconds": time.time() - began, **plan.counts(),
-                            "memory/driver_rss_mb": memory_mb()["rss_mb"]})
-            self.log.log(r, metrics)
-            if r == 1:
-                self.time_to_round1 = time.time() - self.start
-                launched = process_start_time()
-                self.launch_to_round1 = time.time() - launched if launched and not self.elapsed_before else None
-            if self.initial_networks is not None and r >= 1:
-                self.pending[0] = federation.submit_eval(self.initial_networks)
-                self.initial_networks = None
-            if self.eval_enabled and r >= 1 and (r % eval_every == 0 or r == rounds):
-                self.pending[r] = federation.submit_eval()
-            self.collect_evals(wait=False)
-            if r >= 1 and (r % checkpoint_every == 0 or r == rounds):
-                self.checkpoint(r)
-            self.log.flush()
-            display.show(r, metrics, self.evals[max(self.evals)] if self.evals else {})
-        self.collect_evals(wait=True)
+                                federation.spec.client_sizes, scenario["seed"])
+        r = self.next_round
+        while True:
+            try:
+                while r <= rounds:
+                    self.play_round(r, population, display)
+                    r += 1
+                self.collect_evals(wait=True)
+                break
+            except ServerLost as lost:
+                r = self.heal(lost)
         self.log.close()
         summary = {"name": scenario["name"], "method": scenario["method"]["name"],
                    "initial": self.evals.get(0), "final": self.evals[max(self.evals)] if self.evals else None,
                    "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
                    "seconds_to_end_of_round_1": self.time_to_round1,
                    "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,
-                   "worker_restarts": federation.worker_restarts, "worker_nodes": federation.worker_nodes(),
+                   "worker_restarts": federation.worker_restarts, "server_restarts": federation.server_restarts,
+                   "evaluator_restarts": federation.evaluator_restarts, "worker_nodes": federation.worker_nodes(),
                    "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
         # a method's server metrics named "summary/<key>" land in the summary (the latest value)
         summary.update({name.removeprefix("summary/"): value for _, name, value, _ in

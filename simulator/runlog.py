@@ -94,6 +94,13 @@ class RunLog:
                   for category, charts in self.LAYOUT.items()}
         self.writer.file_writer.add_summary(custom_scalars(layout))
 
+    def rewind(self, rows: list, purge_step: int) -> None:
+        """Back to a checkpoint's ``rows``: TensorBoard drops the events from ``purge_step`` on."""
+        from torch.utils.tensorboard import SummaryWriter
+        self.writer.close()
+        self.rows = list(rows)
+        self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_step)
+
     def log(self, round_index: int, metrics: dict[str, float]) -> None:
         wall = time.time() - self.start
         for name, value in sorted(metrics.items()):

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pyarrow.parquet as pq
+import pytest
 import torch
 import yaml
 
@@ -188,3 +189,92 @@ def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(
     assert good["round"] == 2 and all(torch.isfinite(v).all() for v in good["state"]["weights"].values()
                                       if v.is_floating_point())
     assert not (run_dir / "summary.json").exists()
+
+
+# ---- the parameter server and the evaluator heal ---------------------------------------------
+
+def healing_raw(synthetic_raw):
+    return {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 4},
+            "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
+
+
+def dying_server(marker, die_in_round, spoil_checkpoints=None):
+    """A parameter server that kills its own process in the server step of ``die_in_round``, once
+    (``marker`` remembers it), after making the run's checkpoints unreadable if asked to."""
+    from simulator.engine import ParameterServer
+
+    class DyingServer(ParameterServer):  # local, so that Ray ships it by value
+        def aggregate(self, ctx, bytes_down, *results):
+            if ctx.round == die_in_round and not os.path.exists(marker):
+                open(marker, "w").close()
+                if spoil_checkpoints is not None:
+                    for state in spoil_checkpoints.glob("checkpoints/round_*/state.pt"):
+                        state.write_bytes(b"not a checkpoint")
+                os._exit(1)
+            return super().aggregate(ctx, bytes_down, *results)
+    return DyingServer
+
+
+@pytest.mark.parametrize("die_in_round", [1, 3])  # before the first checkpoint (from the start), after it
+def test_a_dead_parameter_server_is_restarted_and_the_run_ends_fault_free(ray_session, synthetic_raw, tmp_path,
+                                                                         monkeypatch, die_in_round):
+    import ray
+
+    from simulator import engine
+    scenario = resolve(healing_raw(synthetic_raw))
+    reference_dir, reference = run_scenario(scenario, str(tmp_path / "reference"), progress=False)
+    monkeypatch.setattr(engine, "ServerActor", ray.remote(dying_server(str(tmp_path / "died"), die_in_round)))
+    healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
+    assert (tmp_path / "died").exists()
+    assert reference["server_restarts"] == 0 and healed["server_restarts"] == 1
+    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
+    clean = torch.load(reference_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
+    after = torch.load(healed_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
+    for name, value in clean["weights"].items():
+        assert torch.equal(value, after["weights"][name]), name
+
+
+def test_a_dead_server_whose_checkpoint_is_unreadable_ends_with_one_line(ray_session, synthetic_raw, tmp_path,
+                                                                        monkeypatch, capsys):
+    import ray
+
+    from simulator import engine
+    from simulator.cli import main
+    run_dir = tmp_path / "spoiled"
+    monkeypatch.setattr(engine, "ServerActor",
+                        ray.remote(dying_server(str(tmp_path / "died"), 3, spoil_checkpoints=run_dir)))
+    scenario_file = tmp_path / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(healing_raw(synthetic_raw)))
+    assert main(["run", str(scenario_file), "--out", str(run_dir), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("fedssl: error: round 3: the parameter server died and its checkpoint "
+                          f"{run_dir / 'checkpoints' / 'round_00002'} cannot be read"), err
+    assert err.endswith(f"; resume it with: fedssl run --resume {run_dir}"), err
+
+
+def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_ones(ray_session, synthetic_raw,
+                                                                                 tmp_path, monkeypatch):
+    import ray
+
+    from simulator import engine
+    marker = str(tmp_path / "died")
+
+    class DyingEvaluator(engine.Evaluator):  # dies in its second evaluation, once
+        calls = 0
+
+        def evaluate(self, networks):
+            DyingEvaluator.calls += 1
+            if DyingEvaluator.calls == 2 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)
+            return super().evaluate(networks)
+
+    scenario = resolve(healing_raw(synthetic_raw))
+    reference_dir, reference = run_scenario(scenario, str(tmp_path / "reference"), progress=False)
+    monkeypatch.setattr(engine, "EvaluatorActor", ray.remote(DyingEvaluator))
+    healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
+    assert os.path.exists(marker) and healed["evaluator_restarts"] == 1
+    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
