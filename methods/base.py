@@ -120,6 +120,11 @@ class Method:
         return []
 
     @classmethod
+    def check_data(cls, scenario: Mapping[str, Any]) -> None:
+        """Raise :class:`ParamError` for a parameter that does not fit the scenario's data (checked
+        before a run starts, once the data are at hand; none here)."""
+
+    @classmethod
     def check_params(cls, config: Mapping[str, Any], scenario: Mapping[str, Any]) -> None:
         """Raise :class:`ParamError` for the first rule ``config`` breaks."""
         for key, ok, expected in cls.param_rules(config, scenario):

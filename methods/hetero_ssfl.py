@@ -67,7 +67,7 @@ from methods.base import ClientUpload, ParamError, evaluated_networks
 from methods.fedavg import FedAvg, Workspace
 from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel
 from methods.objectives import Objective, project
-from methods.rad import load_rad
+from methods.rad import load_rad, rad_test_images
 from simulator.augment import BatchAugment, to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.models import ENCODERS, build_encoder
@@ -204,6 +204,11 @@ class HeteroSSFL(FedAvg):
             ("eval_clients_per_tier", c["eval_clients_per_tier"] >= 1, "a positive integer"),
             ("rad_term", not (c["rad_term"] == "ssl" and not c["mu"] > 0), "cka with mu = 0 (mu weights the RAD term)"),
         ]
+
+    @classmethod
+    def check_data(cls, scenario):
+        """The RAD must fit in the test images the evaluation leaves out."""
+        rad_test_images(scenario, scenario["method"]["rad_size"])
 
     @classmethod
     def check_params(cls, config, scenario):

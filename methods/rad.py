@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import torch
 
+from methods.base import ParamError
 from simulator.context import derive_seed
 from simulator.data.datasets import load_dataset, seeded_subset
 
@@ -22,14 +23,19 @@ def rad_indices(num_test: int, test_subset: int | None, seed: int, rad_size: int
     evaluated, _ = seeded_subset(everything, everything, test_subset, derive_seed(seed, "eval-test"))
     outside = everything[~torch.isin(everything, evaluated)]
     if rad_size > len(outside):
-        raise ValueError(f"method.rad_size: expected at most {len(outside)} (test images outside "
-                         f"eval.test_subset={test_subset}), got {rad_size}")
+        raise ParamError("rad_size", f"expected at most {len(outside)} (test images outside "
+                                     f"eval.test_subset={test_subset}), got {rad_size}")
     return outside[:rad_size]
+
+
+def rad_test_images(scenario: Mapping[str, Any], rad_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the test split's images, the RAD's indices in it); raises ParamError when it does not fit."""
+    dataset_cfg = scenario["dataset"]
+    data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=scenario["seed"])
+    return data.test_x, rad_indices(len(data.test_y), scenario["eval"]["test_subset"], scenario["seed"], rad_size)
 
 
 def load_rad(scenario: Mapping[str, Any], rad_size: int) -> torch.Tensor:
     """The RAD images, uint8 [rad_size, C, H, W] (labels are never read)."""
-    dataset_cfg = scenario["dataset"]
-    data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=scenario["seed"])
-    rows = rad_indices(len(data.test_y), scenario["eval"]["test_subset"], scenario["seed"], rad_size)
-    return data.test_x[rows].clone()
+    images, rows = rad_test_images(scenario, rad_size)
+    return images[rows].clone()

@@ -99,7 +99,7 @@ def study(args) -> int:
         else:
             from analysis.benchmark import format_results, run_benchmark
             scenario = load_scenario(args.scenario, args.overrides)
-            check_data(scenario)
+            check_data(scenario, args.scenario)
             print(format_results(run_benchmark(scenario)), end="")
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
@@ -135,10 +135,7 @@ def claim(args) -> int:
         states = run_states(suite, scenarios, runs_dir)
         for state in states:
             if state.state == "new":
-                try:
-                    check_data(scenarios[state.arm, state.seed])
-                except ValueError as err:  # raised by partitioners for impossible settings
-                    raise ScenarioError(suite.path, f"arms.{state.arm}", f"partition: {err}") from None
+                check_data(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
     except (ScenarioError, DatasetUnavailable) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
@@ -166,10 +163,21 @@ def refuses(out: Path) -> bool:
     return out.exists() and any(out.iterdir())
 
 
-def check_data(scenario: dict) -> None:
-    """Fail early (DatasetUnavailable, ValueError) if the data or the partition cannot be had."""
+def check_data(scenario: dict, source: str) -> None:
+    """Fail early if the data or the partition cannot be had (DatasetUnavailable; ScenarioError
+    under ``partition``), or if a method setting does not fit the data (ScenarioError under
+    ``method.KEY``, e.g. Hetero-SSFL's RAD larger than the test images left to it)."""
+    from methods import METHODS
+    from methods.base import ParamError
     from simulator.data.store import prepare_partition
-    prepare_partition(scenario)
+    try:
+        METHODS[scenario["method"]["name"]].check_data(scenario)
+    except ParamError as err:
+        raise ScenarioError(source, f"method.{err.key}", err.message) from None
+    try:
+        prepare_partition(scenario)
+    except ValueError as err:  # raised by partitioners for impossible settings
+        raise ScenarioError(source, "partition", str(err)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario = load_scenario(args.scenario, args.overrides)
         if args.command == "run" and args.out and refuses(Path(args.out)):
             raise FileExistsError(f"{args.out}: output directory is not empty; choose another --out")
-        check_data(scenario)
+        check_data(scenario, args.scenario)
         if args.command == "validate":
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
@@ -211,9 +219,6 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
-        return 2
-    except ValueError as err:  # raised by partitioners for impossible settings
-        print(f"fedssl: error: {args.scenario}: partition: {err}", file=sys.stderr)
         return 2
     print(f"run directory: {run_dir}")
     print(json.dumps({k: summary[k] for k in ("initial", "final", "rounds_completed", "wall_seconds")}))

@@ -70,6 +70,7 @@ BAD_METHOD_VALUES = [  # (method section, the key the error names); one per meth
     ({"name": "orchestra", "clustering": False, "degeneracy": False}, "method.clustering"),
     ({"name": "hetero_ssfl", "objective": "simclr"}, "method.objective"),
     ({"name": "hetero_ssfl", "tiers": [{"fraction": 0.7, "encoder": "small_cnn"}]}, "method.tiers"),
+    ({"name": "hetero_ssfl", "rad_size": 10000}, "method.rad_size"),  # checked against the data
 ]
 
 
