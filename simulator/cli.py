@@ -133,9 +133,11 @@ def claim(args) -> int:
         scenarios = arm_scenarios(suite)
         runs_dir = Path(args.runs_dir or suite.out)
         states = run_states(suite, scenarios, runs_dir)
-        for state in states:
+        for state in states:  # every run to start or resume: its data at hand, before any runs
             if state.state == "new":
                 check_data(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
+            elif state.state == "interrupted":
+                check_data(load_scenario(state.run_dir / "scenario.yaml"), str(state.run_dir / "scenario.yaml"))
     except (ScenarioError, DatasetUnavailable) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

@@ -163,6 +163,24 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
     assert "nope.yaml: -: cannot read the file" in capsys.readouterr().err
 
 
+def test_an_interrupted_run_whose_data_are_gone_is_one_line_before_anything_runs(tmp_path, synthetic_raw, capsys):
+    scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
+    suite = write_yaml(tmp_path / "suite.yaml", {
+        "claim": "x", "seeds": [0], "primary": "linear_top1",
+        "arms": {"a": {"scenario": str(scenario_file)}, "b": {"scenario": str(scenario_file),
+                                                              "set": ["training.lr=0.01"]}},
+        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")})
+    interrupted = tmp_path / "runs" / "a" / "seed_0"  # its scenario names a data root that is gone
+    gone = tmp_path / "gone"
+    write_yaml(interrupted / "scenario.yaml", load_scenario(scenario_file, [
+        "seed=0", "dataset.name=fashion_mnist", f"dataset.root={gone}"]))
+    assert main(["claim", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: fashion_mnist: dataset.root {gone} is not a directory"), err
+    assert err.count("\n") == 1, err
+    assert not (tmp_path / "runs" / "b").exists()  # nothing ran
+
+
 def test_the_shipped_suites_are_well_formed():
     """Every ``claims/*.yaml`` reads, and every scenario it names loads with its overrides."""
     suites = sorted((REPO / "claims").glob("*.yaml"))
