@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
-        from simulator.federation import RunFailure
+        from simulator.federation import RunFailure, ServerFailure
         from simulator.run import RunStopped, run_scenario, stop_signals
         try:
             with stop_signals():
@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nfedssl: {err}", file=sys.stderr)
             return 128 + getattr(signal, err.signal_name)
         except RunFailure as err:
-            resume = f"; resume it with: fedssl run --resume {err.run_dir}" if err.last_checkpoint else ""
+            # a lost server can be resumed from its checkpoint; a client step that failed would fail again
+            resume = (f"; resume it with: fedssl run --resume {err.run_dir}"
+                      if isinstance(err, ServerFailure) and err.last_checkpoint else "")
             print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
                   f"{err.last_checkpoint or 'none (it failed before the first)'}{resume}", file=sys.stderr)
             return 1

@@ -15,19 +15,21 @@ REPO = Path(__file__).resolve().parents[2]
 MACHINE_DEPENDENT = ("time/", "memory/")
 
 
-def ray_processes() -> set[int]:
-    """Pids of the machine's Ray processes (raylet, GCS, workers, agents)."""
-    found = set()
+def descendants(pid: int) -> set[int]:
+    """Pids of every living process below ``pid`` (Ray's GCS, raylet, agents and workers of a run)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if b"ray" in cmdline and (b"raylet" in cmdline or b"gcs_server" in cmdline or b"default_worker" in cmdline
-                                  or b"ray/_private" in cmdline or b"ray::" in cmdline):
-            found.add(int(entry.name))
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
     return found
 
 
@@ -52,18 +54,20 @@ def metrics_of(run_dir: Path) -> dict:
             if not row["name"].startswith(MACHINE_DEPENDENT)}
 
 
-def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int) -> subprocess.CompletedProcess:
-    """Start ``fedssl run``, send the signal as soon as round 1's line is printed, wait for the end."""
+def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int) -> tuple[subprocess.CompletedProcess, set]:
+    """Start ``fedssl run``, send the signal as soon as round 1's line is printed, wait for the end;
+    returns the outcome and the pids of the processes the run had started by then."""
     process = subprocess.Popen(fedssl("run", str(scenario), "--out", str(run_dir)), cwd=REPO,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
+    lines, started = [], set()
     for line in process.stderr:
         lines.append(line)
         if line.startswith("round 1/"):
+            started = descendants(process.pid)
             process.send_signal(signal_number)
             break
     out, err = process.communicate(timeout=300)
-    return subprocess.CompletedProcess(process.args, process.returncode, out, "".join(lines) + err)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, "".join(lines) + err), started
 
 
 @pytest.fixture
@@ -76,17 +80,17 @@ def slow_raw(synthetic_raw):
 def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrupted_run_does(slow_raw, tmp_path):
     scenario = tmp_path / "slow.yaml"
     scenario.write_text(yaml.safe_dump(slow_raw))
-    before = ray_processes()
-    stopped = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGINT)
+    stopped, started = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGINT)
     assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith("fedssl: stopped by SIGINT after round ") and last.endswith(
         f" of 5; resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
     assert "Traceback" not in stopped.stderr, stopped.stderr
+    assert len(started) >= 3  # GCS, raylet, the actors' workers...
     deadline = time.time() + 60
-    while alive(ray_processes() - before) and time.time() < deadline:
+    while alive(started) and time.time() < deadline:
         time.sleep(0.5)
-    assert not alive(ray_processes() - before), "Ray processes left behind"
+    assert not alive(started), "processes of the run left behind"
     assert not (tmp_path / "stopped" / "summary.json").exists()
 
     resumed = subprocess.run(fedssl("run", "--resume", str(tmp_path / "stopped"), "--quiet"), cwd=REPO,
@@ -103,7 +107,7 @@ def test_sigterm_stops_a_run_with_one_line(slow_raw, tmp_path, executor):
     """(On Ray: ray.init installs its own SIGTERM handler; the command line's is put back.)"""
     scenario = tmp_path / "slow.yaml"
     scenario.write_text(yaml.safe_dump({**slow_raw, "executor": executor}))
-    stopped = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGTERM)
+    stopped, _ = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGTERM)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
     assert "Traceback" not in stopped.stderr, stopped.stderr
     assert stopped.stderr.strip().splitlines()[-1].startswith("fedssl: stopped by SIGTERM after round "), stopped.stderr
