@@ -55,8 +55,10 @@ class stop_signals:
     """Within the block, SIGINT and SIGTERM raise :class:`Stopped` in the main thread (restored after)."""
 
     SIGNALS = ("SIGINT", "SIGTERM")
+    received: str | None = None  # the last signal received: Ray may re-raise a bare KeyboardInterrupt
 
     def __enter__(self):
+        stop_signals.received = None
         self.saved = {}
         for name in self.SIGNALS:
             number = getattr(signal, name)
@@ -65,7 +67,13 @@ class stop_signals:
 
     @staticmethod
     def raise_stopped(number, frame):
-        raise Stopped(signal.Signals(number).name)
+        stop_signals.received = signal.Signals(number).name
+        raise Stopped(stop_signals.received)
+
+    @staticmethod
+    def name_of(err: KeyboardInterrupt) -> str:
+        """The signal behind ``err``: its own, else the last one received, else SIGINT."""
+        return getattr(err, "signal_name", None) or stop_signals.received or "SIGINT"
 
     def __exit__(self, *exc):
         for number, handler in self.saved.items():
@@ -103,7 +111,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
     try:
         federation = start_federation(scenario)
     except KeyboardInterrupt as err:
-        raise RunStopped(getattr(err, "signal_name", "SIGINT"), None, None, scenario["training"]["rounds"]) from None
+        raise RunStopped(stop_signals.name_of(err), None, None, scenario["training"]["rounds"]) from None
     try:
         loader.join()
         if "error" in prepared:
@@ -135,7 +143,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
             raise
     except KeyboardInterrupt as err:
         last_round = loop.last_round if loop is not None else None
-        raise RunStopped(getattr(err, "signal_name", "SIGINT"), run_dir, last_round,
+        raise RunStopped(stop_signals.name_of(err), run_dir, last_round,
                          scenario["training"]["rounds"]) from None
     finally:
         federation.shutdown()
