@@ -18,6 +18,7 @@ from simulator.federation import sample_cohort
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec, run_scenario
 from simulator.scenario import resolve
+from tests.conftest import tiny_scenario
 
 
 def federation_states(scenario, rounds, kill_worker_in_round=None):
@@ -198,6 +199,15 @@ def healing_raw(synthetic_raw):
             "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
 
 
+@pytest.fixture(scope="module")
+def fault_free(ray_session, tmp_path_factory):
+    """(resolved scenario, run directory, summary) of the fault-free run the healing tests compare with."""
+    base = tmp_path_factory.mktemp("fault-free")
+    scenario = resolve(healing_raw(tiny_scenario(base)))
+    run_dir, summary = run_scenario(scenario, str(base / "reference"), progress=False)
+    return scenario, run_dir, summary
+
+
 def dying_server(marker, die_in_round, spoil_checkpoints=None):
     """A parameter server that kills its own process in the server step of ``die_in_round``, once
     (``marker`` remembers it), after making the run's checkpoints unreadable if asked to."""
@@ -216,13 +226,12 @@ def dying_server(marker, die_in_round, spoil_checkpoints=None):
 
 
 @pytest.mark.parametrize("die_in_round", [1, 3])  # before the first checkpoint (from the start), after it
-def test_a_dead_parameter_server_is_restarted_and_the_run_ends_fault_free(ray_session, synthetic_raw, tmp_path,
-                                                                         monkeypatch, die_in_round):
+def test_a_dead_parameter_server_is_restarted_and_the_run_ends_fault_free(fault_free, tmp_path, monkeypatch,
+                                                                         die_in_round):
     import ray
 
     from simulator import engine
-    scenario = resolve(healing_raw(synthetic_raw))
-    reference_dir, reference = run_scenario(scenario, str(tmp_path / "reference"), progress=False)
+    scenario, reference_dir, reference = fault_free
     monkeypatch.setattr(engine, "ServerActor", ray.remote(dying_server(str(tmp_path / "died"), die_in_round)))
     healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
     assert (tmp_path / "died").exists()
@@ -254,8 +263,8 @@ def test_a_dead_server_whose_checkpoint_is_unreadable_ends_with_one_line(ray_ses
     assert err.endswith(f"; resume it with: fedssl run --resume {run_dir}"), err
 
 
-def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_ones(ray_session, synthetic_raw,
-                                                                                 tmp_path, monkeypatch):
+def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_ones(fault_free, tmp_path,
+                                                                                 monkeypatch):
     import ray
 
     from simulator import engine
@@ -271,8 +280,7 @@ def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_one
                 os._exit(1)
             return super().evaluate(networks)
 
-    scenario = resolve(healing_raw(synthetic_raw))
-    reference_dir, reference = run_scenario(scenario, str(tmp_path / "reference"), progress=False)
+    scenario, reference_dir, reference = fault_free
     monkeypatch.setattr(engine, "EvaluatorActor", ray.remote(DyingEvaluator))
     healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
     assert os.path.exists(marker) and healed["evaluator_restarts"] == 1

@@ -16,8 +16,7 @@ from simulator.scenario import resolve
 REPO = Path(__file__).resolve().parents[2]
 MACHINE_DEPENDENT = ("time/", "memory/")
 
-METHODS = {
-    "fedavg_simclr": {},
+METHODS = {  # (FedAvg + SimCLR, the default, differs from the BYOL + UV case only in its loss)
     "fedavg_byol_uv": {"method": {"name": "fedavg", "objective": "byol", "uv": True, "server_optimizer": "adam",
                                   "server_lr": 0.001}},
     "fedsc": {"method": {"name": "fedsc", "objective": "spectral", "clip_mu": 4.0}},
