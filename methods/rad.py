@@ -14,7 +14,7 @@ import torch
 
 from methods.base import ParamError
 from simulator.context import derive_seed
-from simulator.data.datasets import load_dataset, seeded_subset
+from simulator.data.datasets import scenario_dataset, seeded_subset
 
 
 def rad_indices(num_test: int, test_subset: int | None, seed: int, rad_size: int) -> torch.Tensor:
@@ -30,8 +30,7 @@ def rad_indices(num_test: int, test_subset: int | None, seed: int, rad_size: int
 
 def rad_test_images(scenario: Mapping[str, Any], rad_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(the test split's images, the RAD's indices in it); raises ParamError when it does not fit."""
-    dataset_cfg = scenario["dataset"]
-    data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=scenario["seed"])
+    data = scenario_dataset(scenario["dataset"], scenario["seed"])
     return data.test_x, rad_indices(len(data.test_y), scenario["eval"]["test_subset"], scenario["seed"], rad_size)
 
 

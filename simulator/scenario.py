@@ -17,7 +17,7 @@ DEFAULTS: dict[str, Any] = {
     "name": "unnamed",
     "seed": 0,
     "executor": "ray",  # or "in_process": the same rounds in the driver's process, without Ray
-    "dataset": {"name": "fashion_mnist", "root": None, "download": False,
+    "dataset": {"name": "fashion_mnist", "root": None, "download": False, "train_subset": None,
                 "cache_dir": "~/.cache/fedssl"},
     "partition": {"kind": "iid", "alpha": 0.5, "scale_by_prior": False, "k": 2,
                   "rotation_bins": 10, "rotation_alpha": 0.1},
@@ -45,12 +45,12 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Keys whose default is null, and the type they take otherwise.
-NULLABLE = {"dataset.root": str, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str,
+NULLABLE = {"dataset.root": str, "dataset.train_subset": int, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str,
             "population.availability_trace": str, "population.deadline_seconds": float}
 POSITIVE = {"population.num_clients", "population.clients_per_round", "training.rounds",
             "training.local_epochs", "training.batch_size", "eval.every", "eval.knn_k",
             "eval.probe_iterations", "ray.num_workers", "model.projector_dim", "model.hidden_dim",
-            "partition.k", "partition.rotation_bins", "eval.train_subset", "eval.test_subset",
+            "partition.k", "partition.rotation_bins", "dataset.train_subset", "eval.train_subset", "eval.test_subset",
             "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr",
             "eval.label_draws", "eval.finetune_batch_size", "eval.finetune_lr",
             "population.diurnal_period", "population.deadline_seconds"}

@@ -125,6 +125,22 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
     return _load_files(name, root, download)
 
 
+TRAIN_SUBSET_STREAM = 0x74726169  # mixed into the run seed for ``dataset.train_subset``'s draw
+
+
+def scenario_dataset(dataset_cfg: dict, seed: int) -> ImageDataset:
+    """The data set of a scenario's ``dataset`` section: :func:`load_dataset`, its train split cut to
+    a seeded random ``train_subset`` images when that is set (a small pilot federation: every
+    partition, evaluation bank and RAD then refers to the subset). The draw depends only on the
+    run seed."""
+    data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=seed)
+    size = dataset_cfg.get("train_subset")
+    if size is None or size >= len(data.train_y):
+        return data
+    train_x, train_y = seeded_subset(data.train_x, data.train_y, size, np.random.SeedSequence([seed, TRAIN_SUBSET_STREAM]))
+    return ImageDataset(data.name, train_x, train_y, data.test_x, data.test_y, data.num_classes)
+
+
 def seeded_subset(x: torch.Tensor, y: torch.Tensor, size: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A seeded random subset of ``size`` rows (all rows when ``size`` is None or too large)."""
     if size is None or size >= len(y):

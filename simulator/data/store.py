@@ -22,7 +22,7 @@ import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from simulator.data.datasets import load_dataset
+from simulator.data.datasets import scenario_dataset
 from simulator.data.image_dataset import ImageDataset
 from simulator.data.partition import Partition, build_partition
 
@@ -146,8 +146,10 @@ def prepare_partition(scenario: Mapping[str, Any]) -> Path:
     data_cfg = scenario["dataset"]
     key = {"dataset": data_cfg["name"], "root": data_cfg["root"], "partition": scenario["partition"],
            "num_clients": scenario["population"]["num_clients"], "seed": scenario["seed"], "format": 1}
+    if data_cfg.get("train_subset") is not None:
+        key["train_subset"] = data_cfg["train_subset"]
     directory = cached_partition_dir(Path(data_cfg["cache_dir"]).expanduser() / "partitions", key)
     if not (directory / "meta.json").exists():
-        dataset = load_dataset(data_cfg["name"], data_cfg["root"], data_cfg["download"], seed=scenario["seed"])
+        dataset = scenario_dataset(data_cfg, scenario["seed"])
         write_partition(dataset, build_partition(scenario, dataset.train_y.numpy()), directory)
     return directory

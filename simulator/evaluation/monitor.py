@@ -10,7 +10,7 @@ import torch
 
 from simulator.augment import AugmentConfig, BatchAugment
 from simulator.context import derive_seed
-from simulator.data.datasets import load_dataset, seeded_subset
+from simulator.data.datasets import scenario_dataset, seeded_subset
 from simulator.data.partition import build_partition
 from simulator.evaluation.align_uniform import align_uniform_score
 from simulator.evaluation.metrics import extract_features, finetune_top1, knn_top1, label_subset, linear_probe_top1
@@ -32,7 +32,7 @@ class EvalData:
 
 def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
     dataset_cfg, eval_cfg, seed = scenario["dataset"], scenario["eval"], scenario["seed"]
-    data = load_dataset(dataset_cfg["name"], dataset_cfg["root"], dataset_cfg["download"], seed=seed)
+    data = scenario_dataset(dataset_cfg, seed)
     train_x, train_y = seeded_subset(data.train_x, data.train_y, eval_cfg["train_subset"], derive_seed(seed, "eval-train"))
     test_x, test_y = seeded_subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, "eval-test"))
     fraction = scenario["method"].get("labelled_fraction", 0.0)

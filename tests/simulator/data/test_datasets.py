@@ -222,3 +222,20 @@ def test_a_root_that_does_not_exist_is_an_error_not_the_system_copy(tmp_path, mo
     message = str(raised.value)
     assert f"dataset.root {tmp_path / 'typo'} is not a directory" in message
     assert str(tmp_path / "system" / "fashion-mnist") in message
+
+
+def test_train_subset_is_a_seeded_draw_of_the_train_split_only():
+    config = {"name": "synthetic", "root": None, "download": False, "train_subset": 300}
+    full = load_dataset("synthetic", seed=5)
+    small = datasets.scenario_dataset(config, 5)
+    assert len(small.train_y) == 300 and len(full.train_y) > 300
+    # each kept image is a row of the full train split, in the split's order, with its label
+    flat_full = full.train_x.reshape(len(full.train_x), -1)
+    rows = [int(torch.nonzero((flat_full == image.reshape(-1)).all(1))[0]) for image in small.train_x[:20]]
+    assert rows == sorted(rows) and torch.equal(full.train_y[rows], small.train_y[:20])
+    assert torch.equal(small.test_x, full.test_x) and torch.equal(small.test_y, full.test_y)
+    again = datasets.scenario_dataset(config, 5)
+    assert torch.equal(again.train_x, small.train_x)
+    other_seed = datasets.scenario_dataset(config, 6)
+    assert not torch.equal(other_seed.train_y, small.train_y)
+    assert datasets.scenario_dataset({**config, "train_subset": None}, 5).train_x.shape == full.train_x.shape

@@ -126,3 +126,14 @@ def test_cached_partition_dir_is_stable_for_equal_keys_and_distinct_for_others(t
 def test_cached_partition_dir_rejects_non_json_keys(tmp_path):
     with pytest.raises(ValueError, match="key must be JSON-serialisable"):
         cached_partition_dir(tmp_path, {"labels": np.arange(3)})
+
+
+def test_train_subset_partitions_only_the_subset_in_its_own_cache_entry(synthetic_raw):
+    from simulator.data.store import prepare_partition
+    from simulator.scenario import resolve
+    full_dir = prepare_partition(resolve(synthetic_raw))
+    small = resolve({**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "train_subset": 240}})
+    small_dir = prepare_partition(small)
+    assert small_dir != full_dir
+    assert PartitionReader(small_dir).sizes.sum() == 240
+    assert PartitionReader(full_dir).sizes.sum() > 240
