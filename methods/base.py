@@ -48,20 +48,24 @@ class ClientUpload:
     centroids, a UV row), keyed by payload kind.
     ``metrics``: small scalars for logging (e.g. ``loss``).
     ``client_state``: new persistent state of a stateful client (written to the client-state store).
+    ``sparse_rows``: see :meth:`bytes_by_kind`.
     """
 
     stats: Stats | None = None
     record: dict[str, Any] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     client_state: Any = None
+    sparse_rows: tuple[str, ...] = ()  # stats keys of matrices with one nonzero row: one row is sent
 
     def bytes_by_kind(self) -> dict[str, int]:
-        """Bytes this client would send over the network, per payload kind (float32 tensors)."""
+        """Bytes this client would send over the network, per payload kind (float32 tensors); a
+        ``sparse_rows`` matrix counts one row (its zero rows are an artefact of summable aggregation)."""
         out: dict[str, int] = {}
         if self.stats is not None:
             for key, value in self.stats.sums.items():
                 kind = key.split("/", 1)[0]
-                out[kind] = out.get(kind, 0) + 4 * value.numel()
+                sent = value.shape[1] if key in self.sparse_rows else value.numel()
+                out[kind] = out.get(kind, 0) + 4 * sent
         for kind, value in (self.record or {}).items():
             out[kind] = out.get(kind, 0) + payload_nbytes(value)
         return out
@@ -107,6 +111,7 @@ class Method:
     params: ClassVar[dict[str, Any]] = {}
     has_setup_round: ClassVar[bool] = False
     stateful_clients: ClassVar[bool] = False
+    centralizable: ClassVar[bool] = False  # ``training.centralized`` may train it on the union of the data
 
     def __init__(self, scenario: Mapping[str, Any], spec: DataSpec):
         self.scenario = scenario
@@ -123,6 +128,13 @@ class Method:
     def check_data(cls, scenario: Mapping[str, Any]) -> None:
         """Raise :class:`ParamError` for a parameter that does not fit the scenario's data (checked
         before a run starts, once the data are at hand; none here)."""
+
+    @classmethod
+    def labelled_train_indices(cls, scenario: Mapping[str, Any], partition: Callable[[], Any]) -> Any:
+        """Sorted train-set indices of the only labels the method's clients see (a semi-supervised
+        run's labelled subset, an array), on which the evaluator then trains its probe; None: all
+        labels. ``partition()`` builds the run's client partition."""
+        return None
 
     @classmethod
     def check_params(cls, config: Mapping[str, Any], scenario: Mapping[str, Any]) -> None:

@@ -71,12 +71,11 @@ trains.
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from methods.base import ClientData, ClientUpload
-from methods.fedavg import FedAvg, Workspace
+from methods.fedavg import FedAvg
+from methods.local_training import Workspace, copy_into
 from methods.losses.fedsc import fedsc_local_objective
 from methods.losses.spectral import norm_clip
 from methods.objectives import Spectral, project
@@ -104,6 +103,7 @@ class FedSCSpectral(Spectral):
 class FedSC(FedAvg):
     name = "fedsc"
     has_setup_round = True
+    centralizable = False  # with one client no matrix of others exists: fedavg with objective spectral
     params = {
         **FedAvg.params,
         "objective": "spectral",
@@ -242,14 +242,14 @@ class FedSC(FedAvg):
     # ---- client side -------------------------------------------------------------------------
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
         if ctx.phase == "share":
-            with torch.no_grad():
-                for name, slot in workspace.slots.items():
-                    slot.copy_(broadcast["weights"][name])
+            copy_into(workspace.slots, broadcast["weights"])
             return ClientUpload(record={"correlation": self.shared_correlation(workspace, data, ctx)})
+        return super().client_update(workspace, broadcast, extra, data, ctx)
+
+    def client_objective(self, workspace, extra, ctx):
+        """Eq. 5 against ``Rbar_{-j}`` (received in ``extra``; plain SC before any other matrix exists)."""
         others = None if extra is None else extra["correlation"].to(workspace.device)
-        trainer = copy.copy(self)  # the same method, training on this client's bound objective
-        trainer.objective = FedSCSpectral(self.objective, others, self.alpha(ctx))
-        return FedAvg.client_update(trainer, workspace, broadcast, extra, data, ctx)
+        return FedSCSpectral(self.objective, others, self.alpha(ctx))
 
     @torch.no_grad()
     def shared_correlation(self, workspace: Workspace, data: ClientData, ctx: RoundContext) -> torch.Tensor:

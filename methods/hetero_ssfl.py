@@ -8,8 +8,8 @@ In this engine's rounds (t = 1..T, no setup round):
 
 - A sampled client restores its model from the client-state store (the first time: initialises it,
   seeded by run seed and client id, and receives the RAD, payload kind ``"rad"``, once; it keeps the
-  RAD in its state), trains E local epochs (the local SGD loop of :class:`methods.fedavg.FedAvg`)
-  on ``l_SSL + mu * (1 - CKA(K_k, Kbar(t-1)))`` (:func:`methods.losses.cka.cka_alignment_loss`),
+  RAD in its state), trains E local epochs (:func:`methods.objective_step.train_objective`, the
+  loop FedAvg's clients run) on ``l_SSL + mu * (1 - CKA(K_k, Kbar(t-1)))`` (:func:`methods.losses.cka.cka_alignment_loss`),
   the gradient flowing through its predictor outputs on the RAD, and uploads its new kernel.
 - Kernels: ``K = H A A^T H / ||H A A^T H||_F`` with ``A`` the predictor outputs on the whole RAD in
   eval mode (the paper's choice of representation and linear kernel). Centring and unit Frobenius
@@ -53,7 +53,6 @@ loss between identical views carries little signal.) ``rad_term: cka`` (default)
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -62,15 +61,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from simulator.evaluation.metrics import extract_features
-from methods.base import ClientUpload, ParamError, evaluated_networks
-from methods.fedavg import FedAvg, Workspace
+from methods.base import ClientUpload, Method, ParamError, evaluated_networks
+from methods.extension import ClientTerm
+from methods.local_training import Workspace, copy_into
 from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel
-from methods.objectives import Objective, project
+from methods.networks import build_networks, make_workspace
+from methods.objective_step import train_objective
+from methods.objectives import Objective, build_objective, project
 from methods.rad import load_rad, rad_test_images
-from simulator.augment import BatchAugment, to_float
+from methods.weight_averaging import flat_state
+from simulator.augment import AugmentConfig, BatchAugment, to_float
 from simulator.context import RoundContext, derive_seed
-from simulator.models import ENCODERS, build_encoder
+from simulator.evaluation.metrics import extract_features
+from simulator.models import ENCODERS
 from simulator.population import Population
 from simulator.stats import Stats
 
@@ -127,15 +130,24 @@ def normalized_kernel(representations: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class RadBatches:
-    """One client's RAD batches of a round: ``batch_size`` rows per SGD step, drawn from ``generator``."""
+class RadBatches(ClientTerm):
+    """One client's RAD term of a round: ``mu`` times a loss on ``batch_size`` RAD rows per SGD
+    step, drawn from ``generator``."""
 
+    workspace: Workspace
+    mu: float
     rad: torch.Tensor  # float [L, C, H, W] on the device
     generator: torch.Generator
     batch_size: int
 
     def rows(self) -> torch.Tensor:
         return torch.randperm(len(self.rad), generator=self.generator)[:self.batch_size].to(self.rad.device)
+
+    def loss(self, embedding, rows):
+        return self.mu * self.rad_loss()
+
+    def rad_loss(self) -> torch.Tensor:
+        raise NotImplementedError
 
 
 @dataclass
@@ -145,9 +157,9 @@ class Alignment(RadBatches):
 
     kernel: torch.Tensor  # Kbar(t-1) [L, L] on the device
 
-    def loss(self, workspace: Workspace) -> torch.Tensor:
+    def rad_loss(self):
         rows = self.rows()
-        return cka_alignment_loss(represent(workspace.online, self.rad[rows]), self.kernel[rows][:, rows])
+        return cka_alignment_loss(represent(self.workspace.online, self.rad[rows]), self.kernel[rows][:, rows])
 
 
 @dataclass
@@ -158,13 +170,14 @@ class RadSSL(RadBatches):
     objective: Objective
     augment_generator: torch.Generator
 
-    def loss(self, workspace: Workspace) -> torch.Tensor:
+    def rad_loss(self):
         images = self.rad[self.rows()]
-        views = [workspace.augment(images, self.augment_generator) for _ in range(self.objective.num_views)]
-        return self.objective.rows_loss(self.objective.embed(workspace.online, workspace.target, views), None)
+        space = self.workspace
+        views = [space.augment(images, self.augment_generator) for _ in range(self.objective.num_views)]
+        return self.objective.rows_loss(self.objective.embed(space.online, space.target, views), None)
 
 
-class HeteroSSFL(FedAvg):
+class HeteroSSFL(Method):
     name = "hetero_ssfl"
     stateful_clients = True
     params = {
@@ -181,9 +194,10 @@ class HeteroSSFL(FedAvg):
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
+        self.objective: Objective = build_objective(self.config, scenario, spec.num_classes)
+        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
         self.tiers = parse_tiers(self.config["tiers"], scenario["model"]["encoder"])
         self.client_tier = assign_tiers(len(spec.client_sizes), [t.fraction for t in self.tiers], scenario["seed"])
-        self.rad_term: Alignment | RadSSL | None = None  # bound on a per-client copy (see local_trainer)
 
     def client_pool(self, client_id: int) -> str:
         """Clients run in the worker pool named after their tier's encoder (e.g. ``large_cnn``)."""
@@ -193,7 +207,6 @@ class HeteroSSFL(FedAvg):
     def param_rules(cls, config, scenario):
         c = config
         return [
-            *super().param_rules(config, scenario),
             ("objective", c["objective"] in ("byol", "simsiam"), "byol or simsiam (a predictor to align)"),
             ("mu", c["mu"] >= 0, "a non-negative number"),
             ("rad_size", c["rad_size"] >= 2, "an integer >= 2"),
@@ -218,26 +231,17 @@ class HeteroSSFL(FedAvg):
     # ---- networks ----------------------------------------------------------------------------
     def client_networks(self, tier: int, client_id: int) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
         """The initial networks of a client of tier ``tier`` (seeded by run seed and client id)."""
-        model = self.scenario["model"]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.scenario["seed"], client_id, "init"))
-            encoder = build_encoder(self.tiers[tier].encoder, self.spec.channels, self.spec.image_size, model["norm"])
-            online = self.objective.build(encoder)
-        target = None
-        if self.objective.uses_target:
-            target = copy.deepcopy(nn.ModuleDict({k: online[k] for k in ("encoder", "projector")}))
-            target.requires_grad_(False)
-        return online, target
+            return build_networks(self.objective, self.scenario, self.spec, encoder=self.tiers[tier].encoder)
 
     def restore(self, workspace: Workspace, client_state: Any, client_id: int) -> None:
         """Write the client's networks (stored, or initial if it never ran) into the workspace."""
         if client_state is None:
-            source = self.flat_state(*self.client_networks(self.client_tier[client_id], client_id))
+            source = flat_state(*self.client_networks(self.client_tier[client_id], client_id))
         else:
             source = client_state["networks"]
-        with torch.no_grad():
-            for name, slot in workspace.slots.items():
-                slot.copy_(source[name])
+        copy_into(workspace.slots, source)
 
     def eval_clients(self) -> list[int]:
         """Per tier, the ``eval_clients_per_tier`` clients that train most often over the run (the
@@ -295,14 +299,7 @@ class HeteroSSFL(FedAvg):
     def make_workspace(self, device):
         """One preallocated set of networks per tier (any initial values: restored before use)."""
         augment = BatchAugment(self.augment_config)
-        spaces = []
-        for tier in range(len(self.tiers)):
-            online, target = self.client_networks(tier, -1)
-            online.to(device)
-            if target is not None:
-                target.to(device)
-            spaces.append(Workspace(online, target, self.flat_state(online, target), augment, device, None))
-        return spaces
+        return [make_workspace(*self.client_networks(tier, -1), augment, device) for tier in range(len(self.tiers))]
 
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
         cid = data.client_id
@@ -310,8 +307,9 @@ class HeteroSSFL(FedAvg):
         self.restore(space, client_state, cid)
         rad = extra["rad"] if client_state is None else client_state["rad"]
         aggregate = broadcast.get("kernels")
-        trainer = self.local_trainer(space, rad, aggregate, ctx, cid)
-        metrics = {"loss": trainer.train_locally(space, data, ctx)}
+        terms = self.rad_terms(space, rad, aggregate, ctx, cid)
+        metrics = {"loss": train_objective(space, self.objective, terms, data, ctx, self.config["target_momentum"],
+                                           f"client {cid}, method {self.name}/{self.objective.name}")}
         representations, kernel = rad_kernel(space.online, rad)
         if aggregate is not None:
             metrics["rad_cka"] = linear_cka(kernel, aggregate.double()).item()
@@ -323,25 +321,13 @@ class HeteroSSFL(FedAvg):
                  "rad": rad, "rad_representations": representations}
         return ClientUpload(stats=upload, metrics=metrics, client_state=state)
 
-    def local_trainer(self, space: Workspace, rad: torch.Tensor, aggregate: torch.Tensor | None,
-                      ctx: RoundContext, cid: int) -> HeteroSSFL:
-        """The method with client ``cid``'s RAD term of this round bound (itself when there is none:
-        ``mu = 0``, or no ``Kbar`` yet)."""
+    def rad_terms(self, space: Workspace, rad: torch.Tensor, aggregate: torch.Tensor | None, ctx: RoundContext,
+                  cid: int) -> list[RadBatches]:
+        """Client ``cid``'s RAD term of this round (none: ``mu = 0``, or no ``Kbar`` yet)."""
         if not self.config["mu"] > 0 or aggregate is None:
-            return self
-        trainer = copy.copy(self)  # the same method, with this client's RAD term bound
+            return []
         images = to_float(rad.to(space.device))
-        rows = ctx.client_generator(cid, "rad")
+        rows, mu, size = ctx.client_generator(cid, "rad"), self.config["mu"], self.config["rad_batch_size"]
         if self.config["rad_term"] == "cka":
-            trainer.rad_term = Alignment(images, rows, self.config["rad_batch_size"], aggregate.to(space.device))
-        else:
-            trainer.rad_term = RadSSL(images, rows, self.config["rad_batch_size"], self.objective,
-                                      ctx.client_generator(cid, "rad-augment"))
-        return trainer
-
-    def batch_loss(self, workspace, views, labels, labelled):
-        """The local SSL loss plus ``mu`` times the bound RAD term (alignment, or the control's SSL)."""
-        loss = super().batch_loss(workspace, views, labels, labelled)
-        if self.rad_term is None:
-            return loss
-        return loss + self.config["mu"] * self.rad_term.loss(workspace)
+            return [Alignment(space, mu, images, rows, size, aggregate.to(space.device))]
+        return [RadSSL(space, mu, images, rows, size, self.objective, ctx.client_generator(cid, "rad-augment"))]

@@ -97,12 +97,23 @@ class _WithPredictor(Objective):
         embedding["p"] = [online["predictor"](z) for z in embedding["z"]]
         return embedding
 
+    def rows_loss(self, embedding, labels, rows=None):
+        """Each view's prediction regresses the other view's ``regressed`` projection (``pair_loss``)."""
+        p1, p2 = take(embedding["p"], rows)
+        z1, z2 = take(embedding[self.regressed], rows)
+        return self.pair_loss(p1, p2, z1, z2)
+
 
 class BYOL(_WithPredictor):
     """BYOL (Grill et al. 2020): the online predictor regresses the EMA target's projection."""
 
     name = "byol"
     uses_target = True
+    regressed = "target_z"  # the EMA target's projection
+
+    @staticmethod
+    def pair_loss(p1, p2, z1, z2):
+        return byol_loss(p1, p2, z1, z2)
 
     def embed(self, online, target, views):
         embedding = super().embed(online, target, views)
@@ -110,20 +121,15 @@ class BYOL(_WithPredictor):
             embedding["target_z"] = [project(target, v) for v in views]
         return embedding
 
-    def rows_loss(self, embedding, labels, rows=None):
-        p1, p2 = take(embedding["p"], rows)
-        z1, z2 = take(embedding["target_z"], rows)
-        return byol_loss(p1, p2, z1, z2)
-
 
 class SimSiam(_WithPredictor):
     """SimSiam (Chen & He 2021): BYOL without a target network, stop-gradient on the projection."""
 
     name = "simsiam"
+    regressed = "z"  # the online projection, its gradient stopped by the loss
 
-    def rows_loss(self, embedding, labels, rows=None):
-        p1, p2 = take(embedding["p"], rows)
-        z1, z2 = take(embedding["z"], rows)
+    @staticmethod
+    def pair_loss(p1, p2, z1, z2):
         return simsiam_loss(p1, p2, z1, z2)
 
 
@@ -148,3 +154,8 @@ class Supervised(Objective):
 
 
 OBJECTIVES = {cls.name: cls for cls in (SimCLR, Spectral, BYOL, SimSiam, Supervised)}
+
+
+def build_objective(config: Mapping[str, Any], scenario: Mapping[str, Any], num_classes: int) -> Objective:
+    """The objective named by ``config["objective"]``, for the scenario's model widths."""
+    return OBJECTIVES[config["objective"]](config, scenario["model"], num_classes)

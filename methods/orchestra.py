@@ -31,7 +31,7 @@ reference). ``num_batches_tracked`` is not uploaded (unused with BatchNorm's mom
 integer count that grows every round would overflow the fixed-point sum): the server keeps its
 value. The evaluator uses the averaged running statistics (eval mode).
 
-Server (Algorithm 2): FedAvg of the networks (inherited from ``FedAvg``, with its server
+Server (Algorithm 2): FedAvg of the networks (:mod:`methods.weight_averaging`, with its server
 optimiser), then global clustering of all received local centroids (by client id) into G global
 centroids: with ``global_clustering: sgd`` (default) the reference code's ``global_clustering``,
 ``global_clustering_steps`` SGD steps (lr ``global_clustering_lr``, momentum 0.9, weight decay
@@ -83,17 +83,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from methods.base import ClientData, ClientUpload
-from methods.fedavg import FedAvg, Workspace, ema_update, sgd_step
+from methods.base import ClientData, ClientUpload, Method
+from methods.local_training import LocalStep, Workspace, copy_into, ema_update, train_local_epochs
 from methods.losses.orchestra_clustering import orchestra_clustering_loss
 from methods.losses.rotation import rotation_loss
+from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objectives import Objective, project
 from methods.sinkhorn import equal_size_clustering, initial_global_centroids, sgd_global_clustering
-from simulator.augment import rotate90, to_float
+from methods.weight_averaging import SERVER_PARAMS, averaged_weights, initial_state, weight_uploads
+from simulator.augment import AugmentConfig, rotate90, to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.stats import Stats
 
-SERVER_KEYS = ("server_optimizer", "server_lr", "server_betas", "server_eps")
 NUM_ROTATIONS = 4
 GLOBAL_CLUSTERING = ("sgd", "kmeans")
 NOT_UPLOADED = "num_batches_tracked"  # BatchNorm's integer step counter
@@ -155,7 +156,7 @@ class RecentProjections:
         return torch.cat(list(self.batches))[-self.capacity:]
 
 
-class Orchestra(FedAvg):
+class Orchestra(Method):
     name = "orchestra"
     has_setup_round = True
     params = {
@@ -173,7 +174,7 @@ class Orchestra(FedAvg):
         "clustering": True,
         "reference_views": False,
         "ema_before_forward": False,
-        **{key: FedAvg.params[key] for key in SERVER_KEYS},
+        **SERVER_PARAMS,
     }
 
     @classmethod
@@ -182,7 +183,6 @@ class Orchestra(FedAvg):
         integers = ("num_global_clusters", "num_local_clusters", "memory_size", "clustering_iterations",
                     "global_clustering_steps")
         return [
-            *super().param_rules(config, scenario),
             *((key, c[key] >= 1, "a positive integer") for key in integers),
             *((key, c[key] > 0, "a positive number") for key in ("temperature", "global_clustering_lr")),
             ("target_momentum", 0 <= c["target_momentum"] <= 1, "a number in [0, 1]"),
@@ -192,29 +192,38 @@ class Orchestra(FedAvg):
         ]
 
     def __init__(self, scenario, spec):
-        # FedAvg's own options (its objective, UV head, labelled fraction) keep their defaults, off;
-        # the objective's networks are replaced by Orchestra's below.
         super().__init__(scenario, spec)
         self.objective = OrchestraNetworks(self.config, scenario["model"], spec.num_classes)
+        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
+
+    def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
+        """Online networks and target, initialised deterministically from the scenario seed."""
+        torch.manual_seed(derive_seed(self.scenario["seed"], "init"))
+        return build_networks(self.objective, self.scenario, self.spec)
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):
-        return {**super().init_state(), "centroids": None}
+        return {**initial_state(*self.build_networks()), "centroids": None}
 
     def broadcast(self, state, ctx):
-        payload = super().broadcast(state, ctx)
+        payload = {"weights": state["weights"]}
         if state["centroids"] is not None:
             payload["centroids"] = state["centroids"]
         return payload
 
     def server_update(self, state, total, records, ctx):
-        state, metrics = super().server_update(state, total, records, ctx)
+        if total is not None:
+            state = averaged_weights(state, total.average(), self.config)
+        metrics = {}
         local = [records[cid]["centroids"] for cid in sorted(records)]
         if local:
             centroids = self.global_centroids(torch.cat(local).float().cpu(), state["centroids"], ctx)
             state = {**state, "centroids": centroids}
             metrics["clustering/local_centroids"] = float(sum(len(c) for c in local))
         return state, metrics
+
+    def eval_network(self, state):
+        return global_eval_network(self.objective, self.scenario, self.spec, state)
 
     def global_centroids(self, local: Tensor, previous: Tensor | None, ctx: RoundContext) -> Tensor:
         """The G global centroids of the received local centroids ``local`` [N, D]."""
@@ -229,10 +238,11 @@ class Orchestra(FedAvg):
                                      self.config["global_clustering_steps"], self.config["global_clustering_lr"])
 
     # ---- client side -------------------------------------------------------------------------
+    def make_workspace(self, device):
+        return make_workspace(*self.build_networks(), self.augment_config, device)
+
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
-        with torch.no_grad():
-            for name, slot in workspace.slots.items():
-                slot.copy_(broadcast["weights"][name])
+        copy_into(workspace.slots, broadcast["weights"])
         generator = ctx.client_generator(data.client_id, "train")
         clustering_generator = ctx.client_generator(data.client_id, "local-clustering")
         if ctx.round == 0:
@@ -241,8 +251,7 @@ class Orchestra(FedAvg):
         if "centroids" not in broadcast:
             raise ValueError(f"round {ctx.round}: Orchestra needs the global centroids of the setup round")
         metrics, memory = self.train_locally(workspace, broadcast["centroids"], data, ctx, generator)
-        upload = {f"weights/{k}": v for k, v in workspace.slots.items() if not k.endswith(NOT_UPLOADED)}
-        return ClientUpload(stats=Stats.from_tensors(upload, len(data.labels)),
+        return ClientUpload(stats=Stats.from_tensors(weight_uploads(workspace.slots, NOT_UPLOADED), len(data.labels)),
                             record={"centroids": self.local_centroids(memory, clustering_generator)},
                             metrics=metrics)
 
@@ -308,42 +317,31 @@ class Orchestra(FedAvg):
 
     def train_locally(self, workspace: Workspace, centroids: Tensor, data: ClientData, ctx: RoundContext,
                       generator: torch.Generator) -> tuple[dict[str, float], Tensor]:
-        """Algorithm 1 over the local epochs; returns mean losses and the memory of projections."""
-        training = ctx.hparams["training"]
+        """Algorithm 1 over the local epochs (:func:`methods.local_training.train_local_epochs`);
+        returns mean losses and the memory of projections."""
         online, target, device = workspace.online, workspace.target, workspace.device
-        momentum = self.config["target_momentum"]
         online.train()
         if target is not None:
             target.train()
-        parameters = list(online.parameters())
-        optimizer = torch.optim.SGD(parameters, lr=self.local_lr(ctx),
-                                    momentum=training["momentum"], weight_decay=training["weight_decay"])
         centroids = centroids.to(device)
         images = to_float(data.images.to(device))
-        n, batch_size = len(data.labels), training["batch_size"]
         memory = RecentProjections(self.memory_capacity(data))
-        losses: dict[str, list[Tensor]] = {"loss": [], "loss_cluster": [], "loss_rotation": []}
-        for _ in range(training["local_epochs"]):
-            order = torch.randperm(n, generator=generator).to(device)
-            for start in range(0, n, batch_size):
-                batch = order[start:start + batch_size]
-                if len(batch) < 2:  # BatchNorm needs two samples
-                    continue
-                if target is not None and self.config["ema_before_forward"]:
-                    ema_update(target, online, momentum)
-                loss, cluster, rotation, z_target = self.step_loss(workspace, images[batch], centroids, generator)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"round {ctx.round}, client {data.client_id}, method {self.name}: "
-                                             f"loss is {loss.item()}")
-                sgd_step(optimizer, loss, parameters, training["grad_clip_norm"])
-                if target is not None and not self.config["ema_before_forward"]:
-                    ema_update(target, online, momentum)
-                memory.push(z_target)
-                losses["loss"].append(loss.detach())
-                losses["loss_cluster"].append(cluster.detach())
-                if rotation is not None:
-                    losses["loss_rotation"].append(rotation.detach())
-        metrics = {name: torch.stack(values).mean().item() for name, values in losses.items() if values}
+
+        def batch_loss(rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+            loss, cluster, rotation, z_target = self.step_loss(workspace, images[rows], centroids, generator)
+            memory.push(z_target)
+            parts = {"loss_cluster": cluster}
+            if rotation is not None:
+                parts["loss_rotation"] = rotation
+            return loss, parts
+
+        step = LocalStep(batch_loss, list(online.parameters()))
+        if target is not None:
+            momentum = self.config["target_momentum"]
+            hooks = step.before_forward if self.config["ema_before_forward"] else step.after_step
+            hooks.append(lambda: ema_update(target, online, momentum))
+        metrics = train_local_epochs(step, len(data.labels), generator, device, ctx,
+                                     f"client {data.client_id}, method {self.name}")
         if memory.size == 0:  # no step ran (a single sample)
             return metrics, self.fill_memory(workspace, data, ctx, generator)
         return metrics, memory.contents()

@@ -3,6 +3,10 @@
 A fixed fraction of each client's samples is labelled. The choice depends only on (run seed, client
 id, client size), so the evaluator can rebuild the same labelled subset of the training set
 (``labelled_train_indices``) and train its linear probe on it alone.
+
+:class:`SemiSupervised` is this as an extension (:mod:`methods.extension`): ``method.labelled_fraction
+> 0`` adds a linear label classifier on the backbone features to the online networks and computes
+the objective's loss as :func:`semi_supervised_loss`, for any self-supervised objective.
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from methods.extension import ClientTerm, Extension
 from methods.losses.supervised_contrastive import within_class_loss
 from methods.objectives import Embedding, Objective
 from simulator.context import derive_seed
@@ -56,3 +61,46 @@ def semi_supervised_loss(objective: Objective, embedding: Embedding, labels: Ten
         for features in embedding["features"]:
             loss = loss + F.cross_entropy(classifier(features[labelled_rows]), labels[labelled_rows])
     return loss
+
+
+class LabelledTerm(ClientTerm):
+    """The semi-supervised extension bound to one client: which of its samples are labelled."""
+
+    def __init__(self, objective: Objective, labelled: Tensor, classifier: nn.Module):
+        self.objective, self.labelled, self.classifier = objective, labelled, classifier
+
+    def base_loss(self, base):
+        return lambda embedding, labels, rows: semi_supervised_loss(self.objective, embedding, labels,
+                                                                    self.labelled[rows], self.classifier)
+
+
+class SemiSupervised(Extension):
+    """``method.labelled_fraction`` > 0: a labelled fraction of every client's samples."""
+
+    name = "semi_supervised"
+    params = {"labelled_fraction": 0.0}
+
+    @classmethod
+    def enabled(cls, config):
+        return config["labelled_fraction"] > 0
+
+    @classmethod
+    def param_rules(cls, config, objective, scenario):
+        fraction = config["labelled_fraction"]
+        return [
+            ("labelled_fraction", 0 <= fraction <= 1, "a fraction in [0, 1]"),
+            ("labelled_fraction", not (fraction > 0 and objective.uses_labels),
+             f"0 with objective {objective.name} (it uses every label)"),
+        ]
+
+    def add_networks(self, online, feature_dim):
+        online["label_classifier"] = nn.Linear(feature_dim, self.spec.num_classes)
+
+    def bind(self, workspace, objective, broadcast, data, ctx):
+        mask = labelled_mask(ctx.seed, data.client_id, len(data.labels), self.config["labelled_fraction"])
+        return LabelledTerm(objective, mask.to(workspace.device), workspace.online["label_classifier"])
+
+    @classmethod
+    def labelled_train_indices(cls, scenario, partition):
+        fraction = scenario["method"].get("labelled_fraction", 0.0)
+        return labelled_train_indices(partition(), scenario["seed"], fraction) if fraction else None

@@ -20,20 +20,23 @@ on the whole of phi does). The unit-norm constraint is then re-applied to every 
 keeps rows on the sphere). As in the paper, a client's row therefore moves by its share of the
 cohort's average, not by its whole local delta; the paper averages uniformly over the cohort, this
 weights by sample count like the other weights. The bytes accounted for a client are one row
-(:class:`UVUpload`): the zero rows are an artefact of summable aggregation, not traffic.
+(``ClientUpload.sparse_rows``): the zero rows are an artefact of summable aggregation, not traffic.
+
+:class:`UV` is this as an extension (:mod:`methods.extension`): ``method.uv: true`` adds it to any
+objective with two views of a method that allows extensions, ``uv_weight`` times the UV loss of both
+views on the UV projector's outputs added to the objective's loss.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from methods.base import ClientUpload
+from methods.extension import ClientTerm, Extension
 from methods.losses.uv import uv_loss
 from methods.server_optimizer import adam_update
 from simulator.context import derive_seed
+from simulator.models import mlp
 
 ROWS_KEY = "heads/uv_rows"  # the Stats key of a client's row delta (payload kind "heads")
 
@@ -57,18 +60,6 @@ def server_step_rows(rows: Tensor, mean_delta: Tensor, opt_state: dict | None, o
     else:
         rows = rows + lr * mean_delta
     return F.normalize(rows, dim=1), opt_state
-
-
-@dataclass
-class UVUpload(ClientUpload):
-    """A client upload whose ``stats`` carry the UV row delta as a [num_clients x d] matrix
-    (``ROWS_KEY``) with one nonzero row: the bytes accounted under ``"heads"`` are that one row."""
-
-    def bytes_by_kind(self) -> dict[str, int]:
-        out = super().bytes_by_kind()
-        matrix = self.stats.sums[ROWS_KEY]
-        out["heads"] -= 4 * (matrix.numel() - matrix.shape[1])
-        return out
 
 
 class UVHead(nn.Module):
@@ -109,3 +100,71 @@ class UVHead(nn.Module):
         delta = torch.zeros(self.rows.shape, dtype=self.rows.dtype)
         delta[self.client_id] = (self.own_row - self.rows[self.client_id]).cpu()
         return delta
+
+
+class UVTerm(ClientTerm):
+    """The UV extension bound to one client: its head (rows loaded) and the UV projector."""
+
+    def __init__(self, head: UVHead, projector: nn.Module, weight: float):
+        self.head, self.projector, self.weight = head, projector, weight
+
+    def parameters(self):
+        return [self.head.own_row]
+
+    def loss(self, embedding, rows):
+        u1, u2 = (self.projector(h) for h in embedding["features"])
+        return self.weight * self.head.loss(u1, u2)
+
+    def after_step(self):
+        self.head.project_row()
+
+    def upload(self):
+        return {ROWS_KEY: self.head.delta_matrix()}
+
+
+class UV(Extension):
+    """User verification (``method.uv``, weight ``method.uv_weight``): the UV projector among the
+    online networks, the rows phi in the server state (``uv_rows``, Adam's ``uv_opt``), broadcast as
+    payload kind ``"heads"``, each client training its own row."""
+
+    name = "uv"
+    params = {"uv": False, "uv_weight": 1.0}
+    sparse_rows = (ROWS_KEY,)
+
+    @classmethod
+    def enabled(cls, config):
+        return config["uv"]
+
+    @classmethod
+    def param_rules(cls, config, objective, scenario):
+        return [
+            ("uv", not config["uv"] or objective.num_views == 2, f"false with objective {objective.name} (one view)"),
+            ("uv_weight", config["uv_weight"] >= 0, "a non-negative number"),
+            ("uv", not (config["uv"] and scenario["training"]["centralized"]),
+             "false with training.centralized (one client: no client to tell apart)"),
+        ]
+
+    def add_networks(self, online, feature_dim):
+        model = self.scenario["model"]
+        online["uv_projector"] = mlp(feature_dim, model["hidden_dim"], model["projector_dim"])
+
+    def init_state(self):
+        rows = initial_rows(len(self.spec.client_sizes), self.scenario["model"]["projector_dim"], self.scenario["seed"])
+        return {"uv_rows": rows, "uv_opt": None}  # uv_opt: the server Adam's state of the rows
+
+    def broadcast(self, state):
+        return {"heads": state["uv_rows"]}
+
+    def server_update(self, state, mean):
+        c = self.config
+        rows, uv_opt = server_step_rows(state["uv_rows"], mean[ROWS_KEY], state["uv_opt"], c["server_optimizer"],
+                                        c["server_lr"], tuple(c["server_betas"]), c["server_eps"])
+        return {"uv_rows": rows, "uv_opt": uv_opt}
+
+    def make_part(self, device):
+        return UVHead(len(self.spec.client_sizes), self.scenario["model"]["projector_dim"]).to(device)
+
+    def bind(self, workspace, objective, broadcast, data, ctx):
+        head = workspace.parts[self.name]
+        head.load(broadcast["heads"], data.client_id)
+        return UVTerm(head, workspace.online["uv_projector"], self.config["uv_weight"])

@@ -52,7 +52,7 @@ class InProcessFederation:
         self.store = None
 
     def setup(self, spec: DataSpec, partition_dir: str, client_state_dir: str | None) -> None:
-        self.spec = spec
+        self.spec = self.method_spec = spec
         self.method = build_method(self.scenario, spec)
         self.server = Server(build_method(self.scenario, spec))
         self.workspaces = {name: self.method.make_workspace(worker_device(pool["num_gpus"]))
@@ -63,7 +63,7 @@ class InProcessFederation:
 
     def replace_server(self) -> None:
         """A parameter server in its initial state (never needed here: it cannot die alone)."""
-        self.server = Server(build_method(self.scenario, self.spec))
+        self.server = Server(build_method(self.scenario, self.method_spec))
         self.server_restarts += 1
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:

@@ -83,7 +83,10 @@ class stop_signals:
 def start_federation(scenario: dict[str, Any]):
     """The scenario's executor: Ray actors (``executor: ray``, started or joined here, in the main
     thread, since Ray's processes die with the thread that spawned them) or the driver's own process
-    (``executor: in_process``, which never imports Ray)."""
+    (``executor: in_process``, which never imports Ray); the centralized bound always runs there."""
+    if scenario["training"]["centralized"]:
+        from simulator.centralized import CentralizedFederation
+        return CentralizedFederation(scenario)
     if scenario["executor"] == "in_process":
         from simulator.inprocess import InProcessFederation
         return InProcessFederation(scenario)

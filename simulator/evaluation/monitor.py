@@ -35,11 +35,12 @@ def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
     data = scenario_dataset(dataset_cfg, seed)
     train_x, train_y = seeded_subset(data.train_x, data.train_y, eval_cfg["train_subset"], derive_seed(seed, "eval-train"))
     test_x, test_y = seeded_subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, "eval-test"))
-    fraction = scenario["method"].get("labelled_fraction", 0.0)
-    if not fraction:
+    from methods import METHODS
+    method = METHODS[scenario["method"]["name"]]
+    labelled = method.labelled_train_indices(scenario, lambda: build_partition(scenario, data.train_y.numpy()))
+    if labelled is None:
         return EvalData(train_x, train_y, test_x, test_y, data.num_classes)
-    from methods.semi_supervised import labelled_train_indices
-    rows = torch.from_numpy(labelled_train_indices(build_partition(scenario, data.train_y.numpy()), seed, fraction))
+    rows = torch.from_numpy(labelled)
     return EvalData(train_x, train_y, test_x, test_y, data.num_classes, data.train_x[rows], data.train_y[rows])
 
 

@@ -4,7 +4,6 @@ import torch
 
 from methods import build_method
 from methods.base import ClientData, DataSpec
-from methods.fedavg import ema_update
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
 from simulator.federation import Server
@@ -85,14 +84,6 @@ def test_plain_average_with_server_lr(synthetic_raw):
     assert torch.allclose(state["weights"][name], 0.5 * (broadcast["weights"][name] + averaged[name]))
 
 
-def test_ema_update_is_the_byol_rule():
-    online = torch.nn.ModuleDict({"encoder": torch.nn.Linear(2, 2)})
-    target = torch.nn.ModuleDict({"encoder": torch.nn.Linear(2, 2)})
-    before = target["encoder"].weight.detach().clone()
-    ema_update(target, online, 0.9)
-    assert torch.allclose(target["encoder"].weight, 0.9 * before + 0.1 * online["encoder"].weight)
-
-
 def test_non_finite_loss_names_round_client_and_method(synthetic_raw):
     method, ctx = setup(synthetic_raw, objective="simclr")
     server = Server(method)
@@ -162,7 +153,7 @@ def test_server_step_of_every_tensor_over_two_rounds(synthetic_raw, optimizer, l
             upload = method.client_update(workspace, broadcast, None, ClientData(cid, x, y), ctx)
             models.append({k.split("/", 1)[1]: v.double() for k, v in upload.stats.average().items()
                            if k.startswith("weights/")})
-            rows.append(workspace.uv_head.own_row.detach().double().clone())
+            rows.append(workspace.parts["uv"].own_row.detach().double().clone())
             total = upload.stats if total is None else total + upload.stats
         new_state, _ = method.server_update(state, total, {}, ctx)
 

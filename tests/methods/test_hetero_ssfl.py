@@ -8,7 +8,9 @@ from simulator.evaluation.monitor import load_eval_data
 from methods import build_method
 from methods.base import DataSpec
 from methods.hetero_ssfl import assign_tiers, normalized_kernel
+from methods.objective_step import composed_loss
 from methods.rad import load_rad
+from methods.weight_averaging import flat_state
 from simulator.augment import BatchAugment, to_float
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext, freeze
@@ -169,7 +171,7 @@ def perturbed_target(method, cid):
     with torch.no_grad():
         for t in [] if target is None else target.parameters():
             t.add_(0.05 * torch.randn(t.shape, generator=generator))
-    return method.flat_state(online, target)
+    return flat_state(online, target)
 
 
 def assert_grads_close(actual, expected, parameters):
@@ -181,6 +183,12 @@ def assert_grads_close(actual, expected, parameters):
         torch.testing.assert_close(ga, ge, rtol=1e-3, atol=1e-3 * ge.abs().max().item() + 1e-9)
 
 
+def client_loss(method, space, views, terms=()):
+    """The batch loss the client step trains on (:func:`methods.objective_step.composed_loss`)."""
+    return composed_loss(method.objective, space, list(terms))(views, torch.zeros(len(views[0]), dtype=torch.long),
+                                                               torch.arange(len(views[0])))
+
+
 @pytest.mark.parametrize("objective", ["byol", "simsiam"])
 def test_local_ssl_loss_pairs_views_and_stops_gradients(synthetic_raw, objective):
     """Hetero-SSFL's local loss (no RAD term) is BYOL / SimSiam with the cross-view pairing (p1 with the
@@ -188,13 +196,12 @@ def test_local_ssl_loss_pairs_views_and_stops_gradients(synthetic_raw, objective
     scenario, method = make(synthetic_raw, objective=objective)
     space = client_workspace(method, 0, perturbed_target(method, 0))
     views = random_views()
-    labels = torch.zeros(6, dtype=torch.long)
-    loss = method.batch_loss(space, views, labels, None)
+    loss = client_loss(method, space, views)
     expected = hand_ssl(objective, space.online, space.target, *views)
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
     assert_grads_close(loss, expected, list(space.online.parameters()))
     if space.target is not None:
-        method.batch_loss(space, views, labels, None).backward()
+        client_loss(method, space, views).backward()
         assert all(t.grad is None and not t.requires_grad for t in space.target.parameters())
 
 
@@ -207,10 +214,10 @@ def test_alignment_term_sign_and_gradient_inside_the_method(synthetic_raw):
     generator = torch.Generator().manual_seed(1)
     kbar = normalized_kernel(torch.randn(16, 5, generator=generator)).float().requires_grad_()
     ctx = RoundContext(2, 4, (0,), scenario["seed"], freeze(scenario))
-    trainer = method.local_trainer(space, rad, kbar, ctx, 0)
-    views, labels = random_views(), torch.zeros(6, dtype=torch.long)
-    loss = trainer.batch_loss(space, views, labels, None)
-    ssl = method.batch_loss(space, views, labels, None)  # the method itself has no term bound
+    terms = method.rad_terms(space, rad, kbar, ctx, 0)
+    views = random_views()
+    loss = client_loss(method, space, views, terms)
+    ssl = client_loss(method, space, views)  # without the term
     rows = torch.randperm(16, generator=ctx.client_generator(0, "rad"))[:8]
     cka = hand_cka(heads(space.online, to_float(rad)[rows])[1], kbar.detach()[rows][:, rows])
     assert 0 < cka.item() < 1
@@ -222,9 +229,9 @@ def test_alignment_term_sign_and_gradient_inside_the_method(synthetic_raw):
     assert_grads_close(loss, ssl + term, list(space.online.parameters()))
     loss.backward()
     assert kbar.grad is None  # Kbar(t-1) is a constant
-    assert method.local_trainer(space, rad, None, ctx, 0) is method  # round 1: no Kbar, no term
+    assert method.rad_terms(space, rad, None, ctx, 0) == []  # round 1: no Kbar, no term
     _, unaligned = make(synthetic_raw, mu=0.0)
-    assert unaligned.local_trainer(space, rad, kbar, ctx, 0) is unaligned
+    assert unaligned.rad_terms(space, rad, kbar, ctx, 0) == []
 
 
 def test_control_trains_on_the_rad_images_without_alignment(synthetic_raw):
@@ -233,12 +240,12 @@ def test_control_trains_on_the_rad_images_without_alignment(synthetic_raw):
     space = client_workspace(method, 0, perturbed_target(method, 0))
     rad = method.init_state()["rad"]
     ctx = RoundContext(2, 4, (0,), scenario["seed"], freeze(scenario))
-    views, labels = random_views(), torch.zeros(6, dtype=torch.long)
-    ssl = method.batch_loss(space, views, labels, None)
+    views = random_views()
+    ssl = client_loss(method, space, views)
     losses = []
     for seed in (1, 2):  # two unrelated aggregates: the loss does not depend on Kbar
         kbar = normalized_kernel(torch.randn(16, 5, generator=torch.Generator().manual_seed(seed))).float()
-        losses.append(method.local_trainer(space, rad, kbar, ctx, 0).batch_loss(space, views, labels, None))
+        losses.append(client_loss(method, space, views, method.rad_terms(space, rad, kbar, ctx, 0)))
     assert torch.equal(losses[0], losses[1])
     rows = torch.randperm(16, generator=ctx.client_generator(0, "rad"))[:8]
     augment, rad_generator = BatchAugment(method.augment_config), ctx.client_generator(0, "rad-augment")
@@ -284,7 +291,7 @@ def test_persisted_models_after_two_rounds_match_hand_sgd_steps(synthetic_raw, t
     for cid in (1, 2):
         round1 = results[1].client_states[cid]["networks"]
         assert all(torch.equal(stored[cid]["networks"][k], v) for k, v in round1.items())
-    initial = {cid: method.flat_state(*method.client_networks(method.client_tier[cid], cid)) for cid in (0, 3)}
+    initial = {cid: flat_state(*method.client_networks(method.client_tier[cid], cid)) for cid in (0, 3)}
     ctx1 = RoundContext(1, 4, (0, 1, 2), scenario["seed"], freeze(scenario))
     ctx2 = RoundContext(2, 4, (0, 3), scenario["seed"], freeze(scenario))
     kbar = (sum(hand_kernel(method, results[1].client_states[c]["networks"], c, rad) for c in (0, 1, 2)) / 3).float()
@@ -332,7 +339,7 @@ def test_client_model_survives_rounds_and_worker_restarts(synthetic_raw, tmp_pat
     store.put({cid: dumps(state) for cid, state in fed.states.items()})
     store.commit()
     stored = {cid: loads(blob) for cid, blob in store.get(list(range(NUM_CLIENTS))).items()}
-    initial = method.flat_state(*method.client_networks(method.client_tier[0], 0))
+    initial = flat_state(*method.client_networks(method.client_tier[0], 0))
     trained = stored[0]["networks"]
     assert any(not torch.equal(initial[k], trained[k]) for k in trained)  # rounds 1, 2 trained it
     # a restarted worker: a new method object, a fresh workspace, the state read from the store

@@ -1,5 +1,6 @@
-"""Every loss term as the method computes it (``FedAvg.batch_loss``: the objective's ``embed`` and
-``rows_loss``, the UV head, the semi-supervised terms), against a reference written out here from
+"""Every loss term as the method computes it (the objective composed with the method's extensions,
+:func:`methods.objective_step.composed_loss`, as its client step does: the objective's ``embed``
+and ``rows_loss``, the UV head, the semi-supervised terms), against a reference written out here from
 the papers' formulas: values (sign, pairing of views) and gradients of every online parameter
 (stop-gradients, which networks are trained)."""
 import pytest
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 
 from methods import build_method
 from methods.base import ClientData, DataSpec
+from methods.objective_step import composed_loss
 from methods.losses.supervised_contrastive import within_class_loss
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
@@ -30,15 +32,26 @@ def setup(synthetic_raw, **method):
         with torch.no_grad():
             for t in workspace.target.parameters():
                 t.add_(0.05 * torch.randn_like(t))
-    if workspace.uv_head is not None:
-        workspace.uv_head.load(F.normalize(torch.randn(NUM_CLIENTS, 32), dim=1), CLIENT)
+    rows = F.normalize(torch.randn(NUM_CLIENTS, 32), dim=1)
+    data = ClientData(CLIENT, torch.zeros(BATCH, 1, 28, 28, dtype=torch.uint8), LABELS)
+    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
+    workspace.terms = [extension.bind(workspace, method.objective, {"heads": rows}, data, ctx)
+                       for extension in method.extensions]  # the extensions as the client step binds them
     return method, workspace, scenario
+
+
+def method_loss(method, workspace, views, labelled=None):
+    """The batch loss the client step trains on (``labelled``: the batch's labelled rows)."""
+    for term in workspace.terms:
+        if labelled is not None and hasattr(term, "labelled"):
+            term.labelled = labelled
+    return composed_loss(method.objective, workspace, workspace.terms)(views, LABELS, torch.arange(BATCH))
 
 
 def trainable(workspace):
     params = dict(workspace.online.named_parameters())
-    if workspace.uv_head is not None:
-        params["uv_head.own_row"] = workspace.uv_head.own_row
+    if "uv" in workspace.parts:
+        params["uv_head.own_row"] = workspace.parts["uv"].own_row
     return params
 
 
@@ -122,7 +135,7 @@ def assert_trained(grads, prefixes):
 def test_objective_loss_inside_the_method(synthetic_raw, objective, extra):
     method, workspace, _ = setup(synthetic_raw, objective=objective, **extra)
     online, target = workspace.online, workspace.target
-    got, got_grads = value_and_grads(workspace, lambda: method.batch_loss(workspace, VIEWS, LABELS, None))
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS))
     all_rows = torch.arange(BATCH)
     expected, expected_grads = value_and_grads(
         workspace, lambda: reference_objective(objective, online, target, VIEWS, all_rows, method.config))
@@ -141,7 +154,7 @@ def test_predictions_pair_with_the_other_view(synthetic_raw, objective):
     method, workspace, _ = setup(synthetic_raw, objective=objective)
     online, target = workspace.online, workspace.target
     with torch.no_grad():
-        got = method.batch_loss(workspace, VIEWS, LABELS, None)
+        got = method_loss(method, workspace, VIEWS)
         z = [online["projector"](online["encoder"](v)) for v in VIEWS]
         p = [online["predictor"](zi) for zi in z]
         reference = z if target is None else [target["projector"](target["encoder"](v)) for v in VIEWS]
@@ -162,7 +175,7 @@ def test_simsiam_stop_gradient_changes_the_gradient(synthetic_raw):
         p = [online["predictor"](zi) for zi in z]
         return -(cos(p[0], z[1]).mean() + cos(p[1], z[0]).mean()) / 2
 
-    _, got = value_and_grads(workspace, lambda: method.batch_loss(workspace, VIEWS, LABELS, None))
+    _, got = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS))
     _, wrong = value_and_grads(workspace, no_stop_gradient)
     name = "encoder.0.weight" if "encoder.0.weight" in got else next(k for k in got if k.startswith("encoder."))
     assert not torch.allclose(got[name], wrong[name], rtol=1e-3, atol=1e-6)
@@ -171,7 +184,7 @@ def test_simsiam_stop_gradient_changes_the_gradient(synthetic_raw):
 def test_supervised_objective_inside_the_method(synthetic_raw):
     method, workspace, _ = setup(synthetic_raw, objective="supervised")
     online = workspace.online
-    got, got_grads = value_and_grads(workspace, lambda: method.batch_loss(workspace, VIEWS[:1], LABELS, None))
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS[:1]))
 
     def reference():
         logits = online["classifier"](online["encoder"](VIEWS[0]))
@@ -198,8 +211,8 @@ def reference_uv(online, own_row, rows, views, client):
 @pytest.mark.parametrize("objective", ["simclr", "byol"])
 def test_uv_term_enters_with_plus_uv_weight_and_trains_only_the_own_row(synthetic_raw, objective):
     method, workspace, _ = setup(synthetic_raw, objective=objective, uv=True, uv_weight=0.7)
-    online, target, head = workspace.online, workspace.target, workspace.uv_head
-    got, got_grads = value_and_grads(workspace, lambda: method.batch_loss(workspace, VIEWS, LABELS, None))
+    online, target, head = workspace.online, workspace.target, workspace.parts["uv"]
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS))
     all_rows = torch.arange(BATCH)
 
     def reference():
@@ -220,10 +233,10 @@ def test_semi_supervised_terms_inside_the_method(synthetic_raw):
     # + CE(y | h1) + CE(y | h2) of the label classifier on the labelled rows (and the UV term)
     method, workspace, _ = setup(synthetic_raw, objective="simsiam", uv=True, uv_weight=0.5,
                                  labelled_fraction=0.5)
-    online, head = workspace.online, workspace.uv_head
+    online, head = workspace.online, workspace.parts["uv"]
     labelled = torch.tensor([True, True, False, True, True, False])
     lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    got, got_grads = value_and_grads(workspace, lambda: method.batch_loss(workspace, VIEWS, LABELS, labelled))
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, labelled))
 
     def reference():
         loss = reference_objective("simsiam", online, None, VIEWS, unl, method.config)

@@ -11,7 +11,8 @@ from methods.losses import nt_xent
 from methods.losses.supervised_contrastive import within_class_loss
 from methods.semi_supervised import (labelled_mask, labelled_positions, labelled_train_indices,
                                      semi_supervised_loss)
-from methods.uv import ROWS_KEY, UVHead, UVUpload
+from methods.base import ClientUpload
+from methods.uv import ROWS_KEY, UVHead
 from simulator.context import RoundContext, freeze
 from simulator.data.partition import make_partition
 from simulator.data.synthetic import make_synthetic
@@ -48,10 +49,10 @@ def test_a_client_changes_only_its_own_row_and_rows_stay_unit_norm(synthetic_raw
     rows = broadcast["heads"]
     assert rows.shape == (NUM_CLIENTS, 32)  # model.projector_dim of the tiny scenario
     assert torch.allclose(rows.norm(dim=1), torch.ones(NUM_CLIENTS))
-    own = workspace.uv_head.own_row.detach()
+    own = workspace.parts["uv"].own_row.detach()
     assert not torch.allclose(own, rows[CLIENT])
     assert torch.allclose(own.norm(), torch.tensor(1.0))
-    assert torch.equal(workspace.uv_head.rows, rows)  # the other rows were kept fixed
+    assert torch.equal(workspace.parts["uv"].rows, rows)  # the other rows were kept fixed
     # the upload: the own row's delta in the client's row of a [num_clients x d] matrix, one row's bytes
     delta = upload.stats.average()[ROWS_KEY]
     others = [k for k in range(NUM_CLIENTS) if k != CLIENT]
@@ -97,7 +98,7 @@ def hand_round(method, state, ctx, new_rows):
         head.own_row.data.copy_(torch.tensor(row))
         tensors = {f"weights/{k}": v for k, v in state["weights"].items()}
         tensors[ROWS_KEY] = head.delta_matrix()
-        upload = UVUpload(stats=Stats.from_tensors(tensors, SIZES[cid]))
+        upload = ClientUpload(stats=Stats.from_tensors(tensors, SIZES[cid]), sparse_rows=(ROWS_KEY,))
         assert upload.bytes_by_kind()["heads"] == 4 * 2  # one row
         total = upload.stats if total is None else total + upload.stats
     state, _ = method.server_update(state, total, {}, ctx)

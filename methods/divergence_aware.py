@@ -1,0 +1,71 @@
+"""Divergence-aware federated BYOL, the stateful-client baselines of EasyFL's ``applications/fedssl``
+(Zhuang et al.): FedU (:mod:`methods.fedu`) and FedEMA (:mod:`methods.fedema`).
+
+Both are FedAvg with the BYOL objective whose clients keep their networks between rounds (the
+client-state store) and start a round from a mix of the global networks and their own; they differ
+only in the mix (``start_weights``). The server averages the online networks (encoder, projector,
+predictor) and the target, weighted by sample counts, as EasyFL's server does.
+
+The divergence ``d`` of a client (reference: ``Client._calculate_divergence``): the mean, over the
+online encoder's convolution kernels, of the l2 norm of each kernel's change during the client's
+last local training (end minus start; the start is the mixed networks for FedEMA). It is computed
+after training and used at the client's next participation.
+
+First participation (as the reference): the global online networks, the target set to the global
+online encoder and projector. Deliberate difference: the reference aliases target and online in
+that first round (one module object), so its EMA does nothing and the target equals the online
+networks throughout; here the target is a copy that follows BYOL's EMA from there.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from methods.fedavg import FedAvg
+
+ONLINE, TARGET = "online.", "target."
+
+
+def divergence(start: dict[str, Tensor], end: dict[str, Tensor]) -> float:
+    """Mean over the online encoder's convolution kernels (4-d weights) of ||end - start||_2."""
+    kernels = [name for name, value in start.items()
+               if name.startswith(ONLINE + "encoder.") and name.endswith(".weight") and value.ndim == 4]
+    norms = [torch.dist(end[name].double().cpu(), start[name].double().cpu()).item() for name in kernels]
+    return sum(norms) / len(norms)
+
+
+class DivergenceAware(FedAvg):
+    """FedAvg + BYOL with stateful clients; a subclass gives ``mix`` (a returning client's start)."""
+
+    stateful_clients = True
+    centralizable = False
+    params = {**FedAvg.params, "objective": "byol"}
+
+    @classmethod
+    def param_rules(cls, config, scenario):
+        return [*super().param_rules(config, scenario),
+                ("objective", config["objective"] == "byol", "byol (an online predictor and an EMA target)"),
+                ("uv", not config["uv"], "false (the client keeps its own networks)")]
+
+    def start_weights(self, workspace, global_weights, client_state):
+        if client_state is None:  # first participation: target = the global online networks
+            start = dict(global_weights)
+            for name in start:
+                if name.startswith(TARGET):
+                    start[name] = global_weights[ONLINE + name[len(TARGET):]]
+            return start
+        parameters = {ONLINE + name for name, _ in workspace.online.named_parameters()}
+        return self.mix(global_weights, client_state, parameters)
+
+    def mix(self, global_weights: dict[str, Tensor], client_state: dict[str, Any], parameters: set[str]
+            ) -> dict[str, Tensor]:
+        """A returning client's start from the global weights and its state (``"weights"``: its
+        networks after its last training, ``"distance"``: d of that training); ``parameters``: the
+        online networks' trainable names (the others, e.g. BatchNorm statistics, come from the server)."""
+        raise NotImplementedError
+
+    def next_client_state(self, slots, start, client_state):
+        end = {name: value.detach().cpu().clone() for name, value in slots.items()}
+        return {"weights": end, "distance": divergence(start, end)}

@@ -1,0 +1,51 @@
+"""FedEMA (Zhuang et al., "Divergence-aware Federated Self-Supervised Learning", ICLR 2022), as EasyFL's
+``applications/fedssl`` runs it (``--update_encoder dynamic_ema_online --update_predictor
+dynamic_dapu --auto_scaler y``).
+
+A returning client k starts from ``w = (1 - mu) w_global + mu w_k`` for every parameter of the online
+encoder, projector and predictor, with ``mu = min(lambda_k d_k, 1)`` (d_k: its divergence,
+:func:`methods.divergence_aware.divergence`), keeps its own target, and takes the server's buffers
+(BatchNorm statistics, where there are any). ``lambda_k`` is fixed at the client's second
+participation to ``tau / d_k`` (``ema_tau``, the README's 0.7; so mu = tau then), unless
+``ema_scaler`` > 0 fixes it for every client.
+"""
+from __future__ import annotations
+
+from methods.divergence_aware import ONLINE, DivergenceAware
+
+
+class FedEMA(DivergenceAware):
+    name = "fedema"
+    params = {**DivergenceAware.params, "ema_tau": 0.7, "ema_scaler": 0.0}
+
+    @classmethod
+    def param_rules(cls, config, scenario):
+        return [*super().param_rules(config, scenario),
+                ("ema_tau", config["ema_tau"] > 0, "a positive number"),
+                ("ema_scaler", config["ema_scaler"] >= 0, "a non-negative number (0: tau / d at the second round)")]
+
+    def scaler(self, client_state) -> float:
+        """lambda_k: fixed by ``ema_scaler``, else kept from the client's second participation."""
+        if self.config["ema_scaler"] > 0:
+            return self.config["ema_scaler"]
+        return client_state.get("scaler") or self.config["ema_tau"] / max(client_state["distance"], 1e-12)
+
+    def blend(self, client_state) -> float:
+        """mu = min(lambda_k d_k, 1), the weight of the client's own networks."""
+        return min(self.scaler(client_state) * client_state["distance"], 1.0)
+
+    def mix(self, global_weights, client_state, parameters):
+        mu, local = self.blend(client_state), client_state["weights"]
+        start = dict(global_weights)
+        for name in start:
+            if name in parameters:
+                start[name] = (1 - mu) * global_weights[name] + mu * local[name]
+            elif not name.startswith(ONLINE):  # the target stays the client's own
+                start[name] = local[name]
+        return start
+
+    def next_client_state(self, slots, start, client_state):
+        state = super().next_client_state(slots, start, client_state)
+        if client_state is not None:  # lambda_k is set from the distance of the first participation
+            state["scaler"] = self.scaler(client_state)
+        return state

@@ -1,0 +1,33 @@
+"""FedU (Zhuang et al., "Collaborative Unsupervised Visual Representation Learning from Decentralized
+Data", ICCV 2021), as EasyFL's ``applications/fedssl`` runs it (``--update_predictor dapu``, its
+defaults otherwise): divergence-aware predictor update (DAPU).
+
+A returning client starts from the global online encoder and projector, keeps its own target, and
+takes the global predictor only when its divergence d (:func:`methods.divergence_aware.divergence`,
+measured on its last training) is below ``dapu_threshold`` (reference default 0.4); otherwise it
+keeps its own predictor. A predictor is replaced whole, never mixed.
+"""
+from __future__ import annotations
+
+from methods.divergence_aware import ONLINE, TARGET, DivergenceAware
+
+PREDICTOR = ONLINE + "predictor."
+
+
+class FedU(DivergenceAware):
+    name = "fedu"
+    params = {**DivergenceAware.params, "dapu_threshold": 0.4}
+
+    @classmethod
+    def param_rules(cls, config, scenario):
+        return [*super().param_rules(config, scenario),
+                ("dapu_threshold", config["dapu_threshold"] >= 0, "a non-negative number")]
+
+    def mix(self, global_weights, client_state, parameters):
+        local = client_state["weights"]
+        use_global_predictor = client_state["distance"] < self.config["dapu_threshold"]
+        start = dict(global_weights)
+        for name in start:
+            if name.startswith(TARGET) or (name.startswith(PREDICTOR) and not use_global_predictor):
+                start[name] = local[name]
+        return start

@@ -1,0 +1,110 @@
+"""The one local training loop every method's client step runs (as pfl-research's
+``do_multiple_epochs_of``, fed a step): epochs of mini-batch SGD over a client's samples, a method
+giving only what differs, its loss on a batch and its per-step hooks (an EMA target, a UV row put
+back on the sphere, a memory of projections).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from simulator.augment import BatchAugment
+from simulator.context import RoundContext
+
+@dataclass
+class Workspace:
+    """A worker's preallocated networks, restored in place for every client it simulates."""
+
+    online: nn.ModuleDict
+    target: nn.ModuleDict | None
+    slots: dict[str, Tensor]  # flat name -> tensor of the networks' state, written in place
+    augment: BatchAugment
+    device: torch.device
+    parts: dict[str, Any] = field(default_factory=dict)  # extensions' client-side modules, by name
+
+
+# A batch's loss and the named parts to log beside it (detached), from the batch's sample rows.
+BatchLoss = Callable[[Tensor], tuple[Tensor, dict[str, Tensor]]]
+
+
+@dataclass
+class LocalStep:
+    """What a method trains locally: the loss of a batch (``loss(rows)``, ``rows`` the batch's
+    positions in the client's data, on the device) over ``parameters``, with hooks run before each
+    forward pass and after each optimiser step, in order."""
+
+    loss: BatchLoss
+    parameters: list[Tensor]
+    before_forward: list[Callable[[], None]] = field(default_factory=list)
+    after_step: list[Callable[[], None]] = field(default_factory=list)
+
+
+def local_lr(ctx: RoundContext) -> float:
+    """The round's local learning rate: ``training.lr``, cosine-decayed over the run when
+    ``training.lr_schedule`` is ``cosine``."""
+    training = ctx.hparams["training"]
+    if training["lr_schedule"] == "cosine":
+        return training["lr"] * 0.5 * (1 + math.cos(math.pi * ctx.progress))
+    return training["lr"]
+
+
+def train_local_epochs(step: LocalStep, num_samples: int, generator: torch.Generator, device: torch.device,
+                       ctx: RoundContext, who: str) -> dict[str, float]:
+    """``training.local_epochs`` epochs of SGD (``training``'s lr schedule, momentum, weight decay,
+    gradient clipping, batch size) over ``num_samples`` samples in a fresh random order per epoch
+    drawn from ``generator``; a batch of one sample is skipped (batch statistics need two). Returns
+    the mean of the loss (``"loss"``) and of each logged part over the steps that ran (none: empty).
+    A non-finite loss raises ``FloatingPointError`` naming ``who``."""
+    training = ctx.hparams["training"]
+    optimizer = torch.optim.SGD(step.parameters, lr=local_lr(ctx), momentum=training["momentum"],
+                                weight_decay=training["weight_decay"])
+    batch_size = training["batch_size"]
+    logged: dict[str, list[Tensor]] = {"loss": []}
+    for _ in range(training["local_epochs"]):
+        order = torch.randperm(num_samples, generator=generator).to(device)
+        for start in range(0, num_samples, batch_size):
+            rows = order[start:start + batch_size]
+            if len(rows) < 2:
+                continue
+            for hook in step.before_forward:
+                hook()
+            loss, parts = step.loss(rows)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"round {ctx.round}, {who}: loss is {loss.item()}")
+            sgd_step(optimizer, loss, step.parameters, training["grad_clip_norm"])
+            for hook in step.after_step:
+                hook()
+            logged["loss"].append(loss.detach())
+            for name, value in parts.items():
+                logged.setdefault(name, []).append(value.detach())
+    return {name: torch.stack(values).mean().item() for name, values in logged.items() if values}
+
+
+def sgd_step(optimizer: torch.optim.Optimizer, loss: Tensor, parameters: list[Tensor],
+             grad_clip_norm: float) -> None:
+    """One optimiser step on ``loss``; the gradients' joint l2 norm first clipped to ``grad_clip_norm``
+    when it is positive (``training.grad_clip_norm``, as FedSC's reference code clips at 3)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(parameters, grad_clip_norm)
+    optimizer.step()
+
+
+@torch.no_grad()
+def ema_update(target: nn.ModuleDict, online: nn.ModuleDict, momentum: float) -> None:
+    """t <- m t + (1 - m) o for every parameter of the target (BYOL, Grill et al. 2020, Eq. 1)."""
+    for name, module in target.items():
+        for t, o in zip(module.parameters(), online[name].parameters()):
+            t.mul_(momentum).add_(o, alpha=1 - momentum)
+
+
+def copy_into(slots: Mapping[str, Tensor], source: Mapping[str, Tensor]) -> None:
+    """Restore preallocated networks in place: every slot takes ``source``'s tensor of its name."""
+    with torch.no_grad():
+        for name, slot in slots.items():
+            slot.copy_(source[name])

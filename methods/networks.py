@@ -1,0 +1,52 @@
+"""Building a method's networks from its objective: the online networks on an encoder, the EMA
+target, a worker's preallocated workspace, and the evaluated copy of the global networks."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Mapping
+
+import torch
+from torch import nn
+
+from methods.base import DataSpec, evaluated_networks
+from methods.local_training import Workspace
+from methods.objectives import Objective
+from methods.weight_averaging import flat_state, online_weights
+from simulator.augment import AugmentConfig, BatchAugment
+from simulator.models import build_encoder
+
+
+def build_networks(objective: Objective, scenario: Mapping[str, Any], spec: DataSpec, encoder: str | None = None,
+                   extensions: Iterable = ()) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
+    """The online networks (the objective's on a ``encoder`` backbone, ``model.encoder`` by default,
+    then each extension's) and, where the objective uses one, the EMA target (a frozen copy of
+    encoder and projector), initialised from the global RNG (callers seed it)."""
+    model = scenario["model"]
+    backbone = build_encoder(encoder or model["encoder"], spec.channels, spec.image_size, model["norm"])
+    online = objective.build(backbone)
+    for extension in extensions:
+        extension.add_networks(online, backbone.out_dim)
+    target = None
+    if objective.uses_target:
+        target = copy.deepcopy(nn.ModuleDict({k: online[k] for k in ("encoder", "projector")}))
+        target.requires_grad_(False)
+    return online, target
+
+
+def make_workspace(online: nn.ModuleDict, target: nn.ModuleDict | None, augment: AugmentConfig | BatchAugment,
+                   device: torch.device, parts: dict[str, Any] | None = None) -> Workspace:
+    """A worker's workspace around networks it owns, moved to ``device``."""
+    online.to(device)
+    if target is not None:
+        target.to(device)
+    if isinstance(augment, AugmentConfig):
+        augment = BatchAugment(augment)
+    return Workspace(online, target, flat_state(online, target), augment, device, parts or {})
+
+
+def global_eval_network(objective: Objective, scenario: Mapping[str, Any], spec: DataSpec,
+                        state: Mapping[str, Any]) -> nn.ModuleDict:
+    """Encoder and projector of the objective's networks holding the global online weights of ``state``."""
+    network = evaluated_networks(build_networks(objective, scenario, spec)[0])
+    network.load_state_dict(online_weights(state, network))
+    return network

@@ -1,0 +1,72 @@
+"""Weight averaging with a server optimiser (FedAvg, McMahan et al. 2017; FedOpt, Reddi et al. 2021):
+a helper for methods whose clients upload their networks, not a base class.
+
+The global state holds the networks' flat weights (``"weights"``), the names of the trainable ones
+(``"trainable"``) and the server optimiser's state (``"server_opt"``). Clients upload their weights
+under ``"weights/<name>"`` scaled by their sample count; the server takes the average
+``w = sum_j n_j w_j / sum_j n_j`` (``server_optimizer: avg`` with ``server_lr`` 1), moves by a
+fraction of the change (``server_lr``: ``w <- w + server_lr (avg - w)``), or feeds the averaged
+delta to Adam (``server_optimizer: adam``, FedAdam).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from methods.server_optimizer import adam_step
+
+SERVER_PARAMS: dict[str, Any] = {
+    "server_optimizer": "avg",
+    "server_lr": 1.0,
+    "server_betas": [0.9, 0.999],
+    "server_eps": 1e-8,
+}
+
+
+def flat_state(online: nn.Module, target: nn.Module | None) -> dict[str, Tensor]:
+    """The networks' state by flat name: ``online.<key>`` and, with a target, ``target.<key>``."""
+    state = {f"online.{k}": v for k, v in online.state_dict().items()}
+    if target is not None:
+        state.update({f"target.{k}": v for k, v in target.state_dict().items()})
+    return state
+
+
+def initial_state(online: nn.Module, target: nn.Module | None) -> dict[str, Any]:
+    """The averaged part of a global state: copies of the networks' weights, the trainable names."""
+    weights = {k: v.detach().clone() for k, v in flat_state(online, target).items()}
+    trainable = [f"online.{k}" for k, _ in online.named_parameters()]
+    return {"weights": weights, "trainable": trainable, "server_opt": None}
+
+
+def weight_uploads(slots: Mapping[str, Tensor], skip: str | None = None) -> dict[str, Tensor]:
+    """A client's weights as upload entries (``"weights/<name>"``), those ending in ``skip`` left out."""
+    return {f"weights/{k}": v for k, v in slots.items() if skip is None or not k.endswith(skip)}
+
+
+def averaged_weights(state: dict[str, Any], mean: Mapping[str, Tensor], config: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` with its weights after the server step on the round's averaged uploads ``mean``
+    (keys ``"weights/<name>"``; weights nobody uploaded keep their value)."""
+    averaged = {k.split("/", 1)[1]: v for k, v in mean.items() if k.startswith("weights/")}
+    weights = dict(state["weights"])
+    for name, value in averaged.items():
+        weights[name] = value.to(weights[name].dtype)
+    if config["server_optimizer"] == "adam":
+        trainable = state["trainable"]
+        stepped, opt_state = adam_step(
+            {k: state["weights"][k] for k in trainable}, {k: averaged[k] for k in trainable},
+            state["server_opt"], config["server_lr"], tuple(config["server_betas"]), config["server_eps"])
+        weights.update(stepped)
+        state = {**state, "server_opt": opt_state}
+    elif config["server_lr"] != 1.0:
+        lr = config["server_lr"]
+        for k in state["trainable"]:
+            weights[k] = state["weights"][k] + lr * (averaged[k] - state["weights"][k])
+    return {**state, "weights": weights}
+
+
+def online_weights(state: Mapping[str, Any], network: nn.ModuleDict) -> dict[str, torch.Tensor]:
+    """The global online weights of the modules ``network`` holds (for loading an evaluated copy)."""
+    online = {k[len("online."):]: v for k, v in state["weights"].items() if k.startswith("online.")}
+    return {k: v for k, v in online.items() if k.split(".")[0] in network}

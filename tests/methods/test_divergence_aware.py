@@ -1,0 +1,102 @@
+"""FedU and FedEMA (``methods.divergence_aware``, ``methods.fedu``, ``methods.fedema``): the divergence,
+the first participation, FedU's predictor switch at its threshold and FedEMA's blending weight over
+three participations, against hand computations; the client state carried by the real client step."""
+import pytest
+import torch
+
+from methods import build_method
+from methods.base import ClientData, DataSpec
+from methods.divergence_aware import divergence
+from simulator.context import RoundContext, freeze
+from simulator.data.synthetic import make_synthetic
+from simulator.federation import Server
+from simulator.scenario import resolve
+
+DATA = make_synthetic(train_per_class=4, test_per_class=1, seed=3)
+
+
+def make(synthetic_raw, name, **params):
+    scenario = resolve({**synthetic_raw, "method": {"name": name, **params}})
+    return scenario, build_method(scenario, DataSpec(1, 28, 10, (40, 40)))
+
+
+def participate(method, scenario, state, round_index, client_state):
+    workspace = method.make_workspace(torch.device("cpu"))
+    ctx = RoundContext(round_index, 4, (0,), scenario["seed"], freeze(scenario))
+    upload = method.client_update(workspace, method.broadcast(state, ctx), None,
+                                  ClientData(0, DATA.train_x, DATA.train_y), ctx, client_state)
+    return upload
+
+
+def test_divergence_is_the_mean_l2_change_of_the_encoders_convolution_kernels():
+    start = {"online.encoder.a.weight": torch.zeros(2, 1, 3, 3), "online.encoder.b.weight": torch.zeros(1, 1, 1, 1),
+             "online.encoder.n.weight": torch.zeros(4), "online.predictor.0.weight": torch.zeros(3, 3),
+             "target.encoder.a.weight": torch.zeros(2, 1, 3, 3)}
+    end = {k: v + 1 for k, v in start.items()}
+    assert divergence(start, end) == pytest.approx((18 ** 0.5 + 1.0) / 2)  # only the two 4-d kernels
+
+
+def test_first_participation_starts_from_global_online_with_the_target_copied_from_it(synthetic_raw):
+    scenario, method = make(synthetic_raw, "fedu")
+    state = Server(method).state
+    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], None)
+    for name, value in start.items():
+        source = "online." + name[len("target."):] if name.startswith("target.") else name
+        assert torch.equal(value, state["weights"][source])
+    upload = participate(method, scenario, state, 1, None)
+    kept = upload.client_state
+    uploaded = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    assert set(kept["weights"]) == set(uploaded) and kept["distance"] > 0
+    assert kept["distance"] == pytest.approx(divergence(start, kept["weights"]))
+    for name, value in kept["weights"].items():
+        torch.testing.assert_close(value, uploaded[name], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("distance, global_predictor", [(0.39, True), (0.41, False)])
+def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw, distance, global_predictor):
+    scenario, method = make(synthetic_raw, "fedu", dapu_threshold=0.4)
+    state = Server(method).state
+    first = participate(method, scenario, state, 1, None).client_state
+    returning = {**first, "distance": distance}
+    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], returning)
+    for name, value in start.items():
+        if name.startswith("online.predictor."):
+            expected = state["weights"][name] if global_predictor else first["weights"][name]
+        elif name.startswith("target."):
+            expected = first["weights"][name]  # the client's own target
+        else:
+            expected = state["weights"][name]  # encoder and projector: always the global ones
+        assert torch.equal(value, expected), name
+    assert not torch.equal(state["weights"]["online.predictor.0.weight"], first["weights"]["online.predictor.0.weight"])
+
+
+def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(synthetic_raw):
+    scenario, method = make(synthetic_raw, "fedema", ema_tau=0.7)
+    server = Server(method)
+    state = server.state
+    workspace = method.make_workspace(torch.device("cpu"))
+    first = participate(method, scenario, state, 1, None).client_state
+    d1 = first["distance"]
+    parameters = {"online." + n for n, _ in workspace.online.named_parameters()}
+    start = method.start_weights(workspace, state["weights"], first)
+    for name in parameters:  # second participation: lambda = tau / d1, so mu = tau exactly
+        torch.testing.assert_close(start[name], 0.3 * state["weights"][name] + 0.7 * first["weights"][name])
+    for name in start:
+        if name.startswith("target."):
+            assert torch.equal(start[name], first["weights"][name])
+    second = participate(method, scenario, state, 2, first).client_state
+    assert second["scaler"] == pytest.approx(0.7 / d1)
+    assert second["distance"] == pytest.approx(divergence(start, second["weights"]))
+    mu = min(0.7 / d1 * second["distance"], 1.0)  # third participation: lambda kept, the new d
+    assert method.blend(second) == pytest.approx(mu)
+    third = method.start_weights(workspace, state["weights"], second)
+    name = "online.encoder.features.0.0.weight"
+    torch.testing.assert_close(third[name], (1 - mu) * state["weights"][name] + mu * second["weights"][name])
+    assert method.blend({**second, "distance": 100 * second["distance"]}) == 1.0  # capped at 1
+
+
+def test_fedu_and_fedema_accept_only_byol(synthetic_raw):
+    from simulator.scenario import ScenarioError
+    for name in ("fedu", "fedema"):
+        with pytest.raises(ScenarioError, match=r"method.objective: expected byol"):
+            resolve({**synthetic_raw, "method": {"name": name, "objective": "simclr"}})
