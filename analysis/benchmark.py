@@ -20,11 +20,12 @@ from typing import Any
 import torch
 
 from methods import build_method
-from methods.base import ClientData, DataSpec
+from methods.base import ClientData
 from simulator.context import RoundContext, freeze
 from simulator.data.store import PartitionReader
 from simulator.federation import Server
 from simulator.population import Population
+from simulator.run import data_spec
 from simulator.resources import memory_mb
 
 
@@ -33,8 +34,9 @@ def plain_loop(scenario: dict[str, Any], cores: int) -> dict[str, float]:
     from simulator.data.store import prepare_partition
     torch.set_num_threads(cores)
     began = time.time()
-    reader = PartitionReader(prepare_partition(scenario))
-    spec = DataSpec(reader.channels, reader.image_size, reader.num_classes, tuple(int(s) for s in reader.sizes))
+    partition_dir = prepare_partition(scenario)
+    reader = PartitionReader(partition_dir)
+    spec = data_spec(partition_dir, scenario)
     method = build_method(scenario, spec)
     workspace = method.make_workspace(torch.device("cpu"))
     server = Server(method)

@@ -42,7 +42,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
         raise ValueError(f"{run_dir}: no checkpoint to evaluate (the run stopped before its first)")
     scenario = load_scenario(run_dir / "scenario.yaml", evaluation_overrides(list(overrides)))
     saved = torch.load(checkpoint / "state.pt", weights_only=False)
-    server = Server(build_method(scenario, data_spec(prepare_partition(scenario))))
+    server = Server(build_method(scenario, data_spec(prepare_partition(scenario), scenario)))
 
     def load_client_state(cid: int):
         path = checkpoint / "client_state" / f"client_{cid:06d}.pt"

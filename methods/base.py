@@ -22,12 +22,18 @@ from simulator.stats import Stats
 
 @dataclass(frozen=True)
 class DataSpec:
-    """What a method needs to know about the data to build its models."""
+    """What a method is handed about the data: what it needs to build its models and, from the
+    runtime, the inputs a method may use instead of reading other scenario sections or loading data:
+    ``held_out`` (unlabelled server-side images no client holds and no evaluation tests on,
+    ``simulator.held_out.HeldOutImages``: ``take(count)``, ``available()``) and ``schedule`` (who
+    completes each round, ``simulator.population.CohortSchedule``: ``completed(rounds)``)."""
 
     channels: int
     image_size: int
     num_classes: int
     client_sizes: tuple[int, ...]
+    held_out: Any = None
+    schedule: Any = None
 
 
 @dataclass
@@ -125,9 +131,10 @@ class Method:
         return []
 
     @classmethod
-    def check_data(cls, scenario: Mapping[str, Any]) -> None:
-        """Raise :class:`ParamError` for a parameter that does not fit the scenario's data (checked
-        before a run starts, once the data are at hand; none here)."""
+    def check_data(cls, config: Mapping[str, Any], held_out: Any) -> None:
+        """Raise :class:`ParamError` for a parameter ``config`` holds that does not fit the data
+        (checked before a run starts, once the data are at hand; none here); ``held_out`` as in
+        :class:`DataSpec`."""
 
     @classmethod
     def labelled_train_indices(cls, scenario: Mapping[str, Any], partition: Callable[[], Any]) -> Any:

@@ -1,7 +1,8 @@
 """Hetero-SSFL (Makhija, Ho, Ghosh, "Federated Self-supervised Learning for Heterogeneous Clients",
 section 3, Algorithm 1): every client keeps its own model, of its own architecture, trained with
 BYOL or SimSiam plus ``mu`` times a linear-CKA alignment term on the server's Representation
-Alignment Dataset (RAD, :mod:`methods.rad`). The server aggregates kernel matrices on the RAD and
+Alignment Dataset (RAD: the first ``rad_size`` test images that no client holds and no evaluation
+tests on, handed in as ``DataSpec.held_out``, :mod:`simulator.held_out`). The server aggregates kernel matrices on the RAD and
 never averages weights.
 
 In this engine's rounds (t = 1..T, no setup round):
@@ -68,13 +69,11 @@ from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, li
 from methods.networks import build_networks, make_workspace
 from methods.objective_step import train_objective
 from methods.objectives import Objective, build_objective, project
-from methods.rad import load_rad, rad_test_images
 from methods.weight_averaging import flat_state
 from simulator.augment import AugmentConfig, BatchAugment, to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.evaluation.metrics import extract_features
 from simulator.models import ENCODERS
-from simulator.population import Population
 from simulator.stats import Stats
 
 @dataclass(frozen=True)
@@ -219,9 +218,12 @@ class HeteroSSFL(Method):
         ]
 
     @classmethod
-    def check_data(cls, scenario):
+    def check_data(cls, config, held_out):
         """The RAD must fit in the test images the evaluation leaves out."""
-        rad_test_images(scenario, scenario["method"]["rad_size"])
+        available = held_out.available()
+        if config["rad_size"] > available:
+            raise ParamError("rad_size", f"expected at most {available} (test images outside "
+                                         f"eval.test_subset), got {config['rad_size']}")
 
     @classmethod
     def check_params(cls, config, scenario):
@@ -247,11 +249,9 @@ class HeteroSSFL(Method):
         """Per tier, the ``eval_clients_per_tier`` clients that train most often over the run (the
         cohorts are a function of the seed, see :class:`simulator.population.Population`), lowest
         ids first among ties."""
-        population = Population(self.scenario["population"], self.scenario["training"]["local_epochs"],
-                                self.spec.client_sizes, self.scenario["seed"])
         counts = np.zeros(len(self.client_tier), dtype=np.int64)
-        for r in range(1, self.scenario["training"]["rounds"] + 1):
-            counts[list(population.plan(r).completed)] += 1
+        for completed in self.spec.schedule.completed(range(1, self.scenario["training"]["rounds"] + 1)):
+            counts[list(completed)] += 1
         chosen = []
         for tier in range(len(self.tiers)):
             members = np.flatnonzero(self.client_tier == tier)
@@ -261,7 +261,8 @@ class HeteroSSFL(Method):
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):
-        rad = load_rad(self.scenario, self.config["rad_size"])
+        self.check_data(self.config, self.spec.held_out)
+        rad = self.spec.held_out.take(self.config["rad_size"])
         return {"rad": rad, "has_rad": torch.zeros(len(self.spec.client_sizes), dtype=torch.bool),
                 "kernel_sum": torch.zeros(len(rad), len(rad), dtype=torch.float64), "kernel_weight": 0.0}
 

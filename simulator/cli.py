@@ -172,8 +172,9 @@ def check_data(scenario: dict, source: str) -> None:
     from methods import METHODS
     from methods.base import ParamError
     from simulator.data.store import prepare_partition
+    from simulator.held_out import HeldOutImages
     try:
-        METHODS[scenario["method"]["name"]].check_data(scenario)
+        METHODS[scenario["method"]["name"]].check_data(scenario["method"], HeldOutImages.of(scenario))
     except ParamError as err:
         raise ScenarioError(source, f"method.{err.key}", err.message) from None
     try:

@@ -111,3 +111,23 @@ class Population:
         as_ids = lambda idx: tuple(int(c) for c in np.sort(available[idx]))
         return RoundPlan(tuple(int(c) for c in sampled), tuple(int(c) for c in available),
                          as_ids(~stays), as_ids(stays & ~on_time), as_ids(first), closes)
+
+
+@dataclass(frozen=True)
+class CohortSchedule:
+    """Who completes each round (a function of the seed, :meth:`Population.plan`): handed to the
+    methods that need it (``DataSpec.schedule``), so none replays the population itself."""
+
+    population: Mapping[str, Any]
+    local_epochs: int
+    sizes: tuple[int, ...]
+    seed: int
+
+    @classmethod
+    def of(cls, scenario: Mapping[str, Any], sizes: tuple[int, ...]) -> CohortSchedule:
+        return cls(dict(scenario["population"]), scenario["training"]["local_epochs"], tuple(sizes), scenario["seed"])
+
+    def completed(self, rounds: range) -> list[tuple[int, ...]]:
+        """The completing clients of each round in ``rounds``."""
+        population = Population(self.population, self.local_epochs, self.sizes, self.seed)
+        return [population.plan(r).completed for r in rounds]

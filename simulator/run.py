@@ -17,7 +17,8 @@ from methods.base import DataSpec
 from simulator.context import RoundContext, freeze
 from simulator.data.store import PartitionReader, prepare_partition
 from simulator.federation import RunFailure, ServerFailure, ServerLost
-from simulator.population import Population
+from simulator.held_out import HeldOutImages
+from simulator.population import CohortSchedule, Population
 from simulator.progress import Progress
 from simulator.resources import memory_mb, process_start_time
 from simulator.scenario import fraction_suffix
@@ -25,10 +26,13 @@ from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_cl
                               write_summary)
 
 
-def data_spec(partition_dir: Path) -> DataSpec:
-    """What a method needs to know about the data, read from the partition on disk."""
+def data_spec(partition_dir: Path, scenario: dict[str, Any]) -> DataSpec:
+    """What a method is handed about the data: the partition on disk, the held-out test images,
+    the cohort schedule."""
     reader = PartitionReader(partition_dir)
-    return DataSpec(reader.channels, reader.image_size, reader.num_classes, tuple(int(s) for s in reader.sizes))
+    sizes = tuple(int(s) for s in reader.sizes)
+    return DataSpec(reader.channels, reader.image_size, reader.num_classes, sizes, HeldOutImages.of(scenario),
+                    CohortSchedule.of(scenario, sizes))
 
 
 class Stopped(KeyboardInterrupt):
@@ -120,7 +124,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         if "error" in prepared:
             raise prepared["error"]
         partition_dir = prepared["dir"]
-        spec = data_spec(partition_dir)
+        spec = data_spec(partition_dir, scenario)
         run_dir = Path(resume_dir) if resume_dir else new_run_dir(out, scenario)
         client_state_dir = run_dir / "client_state" if METHODS[scenario["method"]["name"]].stateful_clients else None
         federation.setup(spec, str(partition_dir), str(client_state_dir) if client_state_dir else None)

@@ -13,6 +13,7 @@ from simulator.context import derive_seed
 from simulator.data.datasets import scenario_dataset, seeded_subset
 from simulator.data.partition import build_partition
 from simulator.evaluation.align_uniform import align_uniform_score
+from simulator.held_out import EVAL_TEST_STREAM
 from simulator.evaluation.metrics import extract_features, finetune_top1, knn_top1, label_subset, linear_probe_top1
 from simulator.scenario import fraction_suffix
 
@@ -34,7 +35,7 @@ def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
     dataset_cfg, eval_cfg, seed = scenario["dataset"], scenario["eval"], scenario["seed"]
     data = scenario_dataset(dataset_cfg, seed)
     train_x, train_y = seeded_subset(data.train_x, data.train_y, eval_cfg["train_subset"], derive_seed(seed, "eval-train"))
-    test_x, test_y = seeded_subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, "eval-test"))
+    test_x, test_y = seeded_subset(data.test_x, data.test_y, eval_cfg["test_subset"], derive_seed(seed, EVAL_TEST_STREAM))
     from methods import METHODS
     method = METHODS[scenario["method"]["name"]]
     labelled = method.labelled_train_indices(scenario, lambda: build_partition(scenario, data.train_y.numpy()))

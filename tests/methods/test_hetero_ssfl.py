@@ -4,17 +4,17 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.evaluation.monitor import load_eval_data
 from methods import build_method
 from methods.base import DataSpec
 from methods.hetero_ssfl import assign_tiers, normalized_kernel
 from methods.objective_step import composed_loss
-from methods.rad import load_rad
 from methods.weight_averaging import flat_state
 from simulator.augment import BatchAugment, to_float
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
+from simulator.held_out import HeldOutImages
+from simulator.population import CohortSchedule
 from simulator.federation import Server, simulate_clients
 from simulator.scenario import resolve
 
@@ -44,7 +44,9 @@ def make(synthetic_raw, training=None, **method):
            "training": {"rounds": 4, "batch_size": 5, "lr": 0.05, **(training or {})},
            "eval": {"test_subset": 300}}
     scenario = resolve(raw)
-    return scenario, build_method(scenario, DataSpec(1, 28, 10, (10,) * NUM_CLIENTS))
+    sizes = (10,) * NUM_CLIENTS
+    spec = DataSpec(1, 28, 10, sizes, HeldOutImages.of(scenario), CohortSchedule.of(scenario, sizes))
+    return scenario, build_method(scenario, spec)
 
 
 class Federation:
@@ -393,14 +395,12 @@ def test_tiers_assign_architectures_and_label_evaluations(synthetic_raw):
         assert label.startswith(method.tiers[method.client_tier[cid]].encoder)
 
 
-def test_rad_is_disjoint_from_the_evaluated_test_images(synthetic_raw):
-    scenario, _ = make(synthetic_raw, rad_size=200)
-    rad = load_rad(scenario, 200).flatten(1)
-    tested = load_eval_data(scenario).test_x.flatten(1)
-    assert len(rad) == 200
-    assert not (rad[:, None, :] == tested[None, :, :]).all(-1).any()
+def test_the_rad_is_the_held_out_images_handed_in(synthetic_raw):
+    scenario, method = make(synthetic_raw, rad_size=200)
+    assert torch.equal(method.init_state()["rad"], HeldOutImages.of(scenario).take(200))
+    _, too_big = make(synthetic_raw, rad_size=201)  # 500 test images, 300 evaluated
     with pytest.raises(ValueError, match=r"^method.rad_size: expected at most 200 .*got 201$"):
-        load_rad(scenario, 201)  # 500 test images, 300 evaluated
+        too_big.init_state()
 
 
 @pytest.mark.parametrize("method, match", [
