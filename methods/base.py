@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 from torch import nn
 
+from methods.params import Params
 from simulator.context import RoundContext
 from simulator.stats import Stats
 
@@ -105,33 +106,40 @@ Rule = tuple[str, bool, str]  # (key, whether the value is acceptable, what is e
 
 
 class Method:
-    """Base class of federated methods. Subclasses set ``name`` and ``params``.
+    """Base class of federated methods. Subclasses set ``name`` and ``Params``.
 
-    ``params`` maps each method-specific scenario key (under ``method:``) to its default value; the
-    scenario validator accepts exactly these keys besides ``name``, each of its default's type.
+    ``Params`` (:mod:`methods.params`) is the frozen dataclass of the method-specific scenario keys
+    (under ``method:``) with their defaults; ``params`` is its defaults as a scenario writes them,
+    which the scenario validator accepts besides ``name``, each of its default's type.
     ``param_rules`` states what values are acceptable; ``check_params`` applies them, one way for
     every method, when a scenario is resolved (before anything runs) and when a method is built.
+    The method's ``config`` is its ``Params`` object.
     """
 
     name: ClassVar[str]
+    Params: ClassVar[type[Params]] = Params
     params: ClassVar[dict[str, Any]] = {}
     has_setup_round: ClassVar[bool] = False
     stateful_clients: ClassVar[bool] = False
     centralizable: ClassVar[bool] = False  # ``training.centralized`` may train it on the union of the data
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.params = cls.Params.defaults()
+
     def __init__(self, scenario: Mapping[str, Any], spec: DataSpec):
         self.scenario = scenario
         self.spec = spec
-        self.config = scenario["method"]
-        self.check_params(self.config, scenario)
+        self.check_params(scenario["method"], scenario)
+        self.config = self.Params.from_config(scenario["method"])
 
     @classmethod
-    def param_rules(cls, config: Mapping[str, Any], scenario: Mapping[str, Any]) -> list[Rule]:
+    def param_rules(cls, config: Params, scenario: Mapping[str, Any]) -> list[Rule]:
         """The rules of this method's parameters, in the order they are checked (none here)."""
         return []
 
     @classmethod
-    def check_data(cls, config: Mapping[str, Any], held_out: Any) -> None:
+    def check_data(cls, config: Params, held_out: Any) -> None:
         """Raise :class:`ParamError` for a parameter ``config`` holds that does not fit the data
         (checked before a run starts, once the data are at hand; none here); ``held_out`` as in
         :class:`DataSpec`."""
@@ -145,8 +153,8 @@ class Method:
 
     @classmethod
     def check_params(cls, config: Mapping[str, Any], scenario: Mapping[str, Any]) -> None:
-        """Raise :class:`ParamError` for the first rule ``config`` breaks."""
-        for key, ok, expected in cls.param_rules(config, scenario):
+        """Raise :class:`ParamError` for the first rule the ``method:`` section ``config`` breaks."""
+        for key, ok, expected in cls.param_rules(cls.Params.from_config(config), scenario):
             if not ok:
                 raise ParamError(key, f"expected {expected}, got {config[key]!r}")
 

@@ -18,12 +18,13 @@ networks throughout; here the target is a copy that follows BYOL's EMA from ther
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from methods.fedavg import FedAvg
+from methods.fedavg import FedAvg, FedAvgParams
 
 ONLINE, TARGET = "online.", "target."
 
@@ -36,18 +37,23 @@ def divergence(start: dict[str, Tensor], end: dict[str, Tensor]) -> float:
     return sum(norms) / len(norms)
 
 
+@dataclass(frozen=True)
+class DivergenceAwareParams(FedAvgParams):
+    objective: str = "byol"
+
+
 class DivergenceAware(FedAvg):
     """FedAvg + BYOL with stateful clients; a subclass gives ``mix`` (a returning client's start)."""
 
     stateful_clients = True
     centralizable = False
-    params = {**FedAvg.params, "objective": "byol"}
+    Params = DivergenceAwareParams
 
     @classmethod
     def param_rules(cls, config, scenario):
         return [*super().param_rules(config, scenario),
-                ("objective", config["objective"] == "byol", "byol (an online predictor and an EMA target)"),
-                ("uv", not config["uv"], "false (the client keeps its own networks)")]
+                ("objective", config.objective == "byol", "byol (an online predictor and an EMA target)"),
+                ("uv", not config.uv, "false (the client keeps its own networks)")]
 
     def start_weights(self, workspace, global_weights, client_state):
         if client_state is None:  # first participation: target = the global online networks

@@ -1,7 +1,7 @@
 """Extensions: features that compose with a method's objective instead of being flags inside it.
 
 An extension (the UV heads of :mod:`methods.uv`, the labelled subset of :mod:`methods.semi_supervised`)
-owns its parameters (under ``method:``), its networks (added to the online networks, so they are
+owns its parameters (under ``method:``; a ``Params`` part the methods that allow it compose into theirs), its networks (added to the online networks, so they are
 trained and averaged like the others), its server state and write-back, and its loss term. A method
 that allows extensions (``FedAvg`` and its variants) builds the enabled ones and, for each client,
 binds them (:meth:`Extension.bind`) to a :class:`ClientTerm` that its local step composes with the
@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from methods.base import ClientData, DataSpec, Rule
 from methods.local_training import Workspace
 from methods.objectives import Embedding, Objective
+from methods.params import Params
 from simulator.context import RoundContext
 
 # The objective's loss of a batch: (embedding, the batch's labels, the batch's rows) -> loss.
@@ -52,18 +53,17 @@ class Extension:
     """A feature that composes with any objective of a method that allows it."""
 
     name: ClassVar[str]
-    params: ClassVar[dict[str, Any]] = {}
     sparse_rows: ClassVar[tuple[str, ...]] = ()  # upload keys holding one nonzero row per client
 
-    def __init__(self, config: Mapping[str, Any], scenario: Mapping[str, Any], spec: DataSpec):
+    def __init__(self, config: Params, scenario: Mapping[str, Any], spec: DataSpec):
         self.config, self.scenario, self.spec = config, scenario, spec
 
     @classmethod
-    def enabled(cls, config: Mapping[str, Any]) -> bool:
+    def enabled(cls, config: Params) -> bool:
         raise NotImplementedError
 
     @classmethod
-    def param_rules(cls, config: Mapping[str, Any], objective: type[Objective], scenario: Mapping[str, Any]
+    def param_rules(cls, config: Params, objective: type[Objective], scenario: Mapping[str, Any]
                     ) -> list[Rule]:
         return []
 

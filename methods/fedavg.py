@@ -24,6 +24,7 @@ networks, so clients stay stateless (as Orchestra does for its target).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,9 +36,10 @@ from methods.local_training import Workspace, copy_into
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objective_step import train_objective
 from methods.objectives import OBJECTIVES, Objective, build_objective
-from methods.semi_supervised import SemiSupervised
-from methods.uv import UV
-from methods.weight_averaging import SERVER_PARAMS, averaged_weights, initial_state
+from methods.params import ServerOptimizerParams
+from methods.semi_supervised import SemiSupervised, SemiSupervisedParams
+from methods.uv import UV, UVParams
+from methods.weight_averaging import averaged_weights, initial_state
 from simulator.augment import AugmentConfig
 from simulator.context import RoundContext, derive_seed
 from simulator.stats import Stats
@@ -45,17 +47,18 @@ from simulator.stats import Stats
 EXTENSIONS: tuple[type[Extension], ...] = (UV, SemiSupervised)  # in the order their networks are built
 
 
+@dataclass(frozen=True)
+class FedAvgParams(SemiSupervisedParams, UVParams, ServerOptimizerParams):
+    objective: str = "simclr"
+    temperature: float = 0.5
+    clip_mu: float = 0.0  # spectral objective: projections clipped to norm sqrt(clip_mu); 0 = unclipped
+    target_momentum: float = 0.99
+
+
 class FedAvg(Method):
     name = "fedavg"
     centralizable = True
-    params = {
-        "objective": "simclr",
-        "temperature": 0.5,
-        "clip_mu": 0.0,  # spectral objective: projections clipped to norm sqrt(clip_mu); 0 = unclipped
-        "target_momentum": 0.99,
-        **SERVER_PARAMS,
-        **{key: value for extension in EXTENSIONS for key, value in extension.params.items()},
-    }
+    Params = FedAvgParams
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
@@ -65,9 +68,9 @@ class FedAvg(Method):
 
     @classmethod
     def param_rules(cls, config, scenario):
-        objective = OBJECTIVES[config["objective"]]
+        objective = OBJECTIVES[config.objective]
         return [
-            ("clip_mu", config["clip_mu"] >= 0, "a non-negative number"),
+            ("clip_mu", config.clip_mu >= 0, "a non-negative number"),
             *(rule for extension in EXTENSIONS for rule in extension.param_rules(config, objective, scenario)),
         ]
 
@@ -138,7 +141,7 @@ class FedAvg(Method):
         objective = self.client_objective(workspace, extra, ctx)
         terms = [extension.bind(workspace, objective, broadcast, data, ctx) for extension in self.extensions]
         terms += self.client_terms(workspace, extra, data, ctx)
-        loss = train_objective(workspace, objective, terms, data, ctx, self.config["target_momentum"],
+        loss = train_objective(workspace, objective, terms, data, ctx, self.config.target_momentum,
                                f"client {data.client_id}, method {self.name}/{objective.name}")
         upload = {f"weights/{k}": v for k, v in workspace.slots.items()}
         for term in terms:

@@ -11,24 +11,32 @@ participation to ``tau / d_k`` (``ema_tau``, the README's 0.7; so mu = tau then)
 """
 from __future__ import annotations
 
-from methods.divergence_aware import ONLINE, DivergenceAware
+from dataclasses import dataclass
+
+from methods.divergence_aware import ONLINE, DivergenceAware, DivergenceAwareParams
+
+
+@dataclass(frozen=True)
+class FedEMAParams(DivergenceAwareParams):
+    ema_tau: float = 0.7
+    ema_scaler: float = 0.0  # > 0: lambda for every client instead of tau / d
 
 
 class FedEMA(DivergenceAware):
     name = "fedema"
-    params = {**DivergenceAware.params, "ema_tau": 0.7, "ema_scaler": 0.0}
+    Params = FedEMAParams
 
     @classmethod
     def param_rules(cls, config, scenario):
         return [*super().param_rules(config, scenario),
-                ("ema_tau", config["ema_tau"] > 0, "a positive number"),
-                ("ema_scaler", config["ema_scaler"] >= 0, "a non-negative number (0: tau / d at the second round)")]
+                ("ema_tau", config.ema_tau > 0, "a positive number"),
+                ("ema_scaler", config.ema_scaler >= 0, "a non-negative number (0: tau / d at the second round)")]
 
     def scaler(self, client_state) -> float:
         """lambda_k: fixed by ``ema_scaler``, else kept from the client's second participation."""
-        if self.config["ema_scaler"] > 0:
-            return self.config["ema_scaler"]
-        return client_state.get("scaler") or self.config["ema_tau"] / max(client_state["distance"], 1e-12)
+        if self.config.ema_scaler > 0:
+            return self.config.ema_scaler
+        return client_state.get("scaler") or self.config.ema_tau / max(client_state["distance"], 1e-12)
 
     def blend(self, client_state) -> float:
         """mu = min(lambda_k d_k, 1), the weight of the client's own networks."""

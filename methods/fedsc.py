@@ -71,10 +71,12 @@ trains.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from methods.base import ClientData, ClientUpload
-from methods.fedavg import FedAvg
+from methods.fedavg import FedAvg, FedAvgParams
 from methods.local_training import Workspace, copy_into
 from methods.losses.fedsc import fedsc_local_objective
 from methods.losses.spectral import norm_clip
@@ -100,24 +102,26 @@ class FedSCSpectral(Spectral):
         return fedsc_local_objective(z1, z2, self.others_correlation, self.alpha)
 
 
+@dataclass(frozen=True)
+class FedSCParams(FedAvgParams):
+    objective: str = "spectral"
+    clip_mu: float = 4.0  # mu of the loss AND of DP-CalR (the reference code's one mu)
+    alpha_start: float = 1.0
+    alpha_end: float = 0.2
+    share_views: int = 5
+    share_clip_mu: float = 0.0  # > 0: DP-CalR's mu instead of clip_mu (needed when clip_mu is 0)
+    noise_sigma: float = 0.0
+    target_epsilon: float = 0.0
+    delta: float = 1e-5
+    share_from_round: int = 0
+    share_every: int = 1
+
+
 class FedSC(FedAvg):
     name = "fedsc"
     has_setup_round = True
     centralizable = False  # with one client no matrix of others exists: fedavg with objective spectral
-    params = {
-        **FedAvg.params,
-        "objective": "spectral",
-        "alpha_start": 1.0,
-        "alpha_end": 0.2,
-        "clip_mu": 4.0,  # mu of the loss AND of DP-CalR (the reference code's one mu)
-        "share_views": 5,
-        "share_clip_mu": 0.0,  # > 0: DP-CalR's mu instead of clip_mu (needed when clip_mu is 0)
-        "noise_sigma": 0.0,
-        "target_epsilon": 0.0,
-        "delta": 1e-5,
-        "share_from_round": 0,
-        "share_every": 1,
-    }
+    Params = FedSCParams
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
@@ -125,8 +129,8 @@ class FedSC(FedAvg):
         self.client_weights = sizes / sizes.sum()  # q_j
         self.planned_shares = sum(self.shares_in(r) for r in range(scenario["training"]["rounds"] + 1))
         self.noise_multiplier = None  # sigma / sensitivity, when derived from a target epsilon
-        if self.config["target_epsilon"] > 0:
-            self.noise_multiplier = noise_multiplier_for(self.config["target_epsilon"], self.config["delta"],
+        if self.config.target_epsilon > 0:
+            self.noise_multiplier = noise_multiplier_for(self.config.target_epsilon, self.config.delta,
                                                          self.planned_shares)
 
     @classmethod
@@ -134,31 +138,31 @@ class FedSC(FedAvg):
         c, rounds = config, scenario["training"]["rounds"]
         return [
             *super().param_rules(config, scenario),
-            ("objective", c["objective"] == "spectral", "spectral"),
-            ("alpha_start", 0 <= c["alpha_start"] <= 1, "a number in [0, 1]"),
-            ("alpha_end", 0 <= c["alpha_end"] <= 1, "a number in [0, 1]"),
-            ("share_views", c["share_views"] >= 1, "a positive integer"),
-            ("share_clip_mu", c["share_clip_mu"] >= 0, "a non-negative number (0: method.clip_mu)"),
-            ("share_clip_mu", (c["share_clip_mu"] or c["clip_mu"]) > 0,
+            ("objective", c.objective == "spectral", "spectral"),
+            ("alpha_start", 0 <= c.alpha_start <= 1, "a number in [0, 1]"),
+            ("alpha_end", 0 <= c.alpha_end <= 1, "a number in [0, 1]"),
+            ("share_views", c.share_views >= 1, "a positive integer"),
+            ("share_clip_mu", c.share_clip_mu >= 0, "a non-negative number (0: method.clip_mu)"),
+            ("share_clip_mu", (c.share_clip_mu or c.clip_mu) > 0,
              "a positive number when method.clip_mu is 0 (DP-CalR's NormClip needs a bound)"),
-            ("noise_sigma", c["noise_sigma"] >= 0, "a non-negative number"),
-            ("target_epsilon", c["target_epsilon"] >= 0, "a non-negative number"),
-            ("target_epsilon", c["noise_sigma"] == 0 or c["target_epsilon"] == 0,
+            ("noise_sigma", c.noise_sigma >= 0, "a non-negative number"),
+            ("target_epsilon", c.target_epsilon >= 0, "a non-negative number"),
+            ("target_epsilon", c.noise_sigma == 0 or c.target_epsilon == 0,
              "0 when method.noise_sigma is set (give one of them)"),
-            ("delta", 0 < c["delta"] < 1, "a number in (0, 1)"),
-            ("share_from_round", 0 <= c["share_from_round"] <= rounds, f"a round in [0, {rounds}]"),
-            ("share_every", c["share_every"] >= 1, "a positive integer"),
+            ("delta", 0 < c.delta < 1, "a number in (0, 1)"),
+            ("share_from_round", 0 <= c.share_from_round <= rounds, f"a round in [0, {rounds}]"),
+            ("share_every", c.share_every >= 1, "a positive integer"),
         ]
 
     @property
     def share_mu(self) -> float:
         """DP-CalR's clip bound mu: ``share_clip_mu`` where set, else the loss's ``clip_mu``."""
-        return self.config["share_clip_mu"] or self.config["clip_mu"]
+        return self.config.share_clip_mu or self.config.clip_mu
 
     # ---- schedules ---------------------------------------------------------------------------
     def scheduled(self, round_index: int) -> bool:
         """Appendix C's sharing schedule: from ``share_from_round``, every ``share_every`` rounds."""
-        start, every = self.config["share_from_round"], self.config["share_every"]
+        start, every = self.config.share_from_round, self.config.share_every
         return round_index >= start and (round_index - start) % every == 0
 
     def shares_in(self, round_index: int) -> bool:
@@ -174,22 +178,22 @@ class FedSC(FedAvg):
         return ("share", "train") if self.shares_in(round_index) else ("train",)
 
     def alpha(self, ctx: RoundContext) -> float:
-        start, end = self.config["alpha_start"], self.config["alpha_end"]
+        start, end = self.config.alpha_start, self.config.alpha_end
         return start + (end - start) * ctx.progress
 
     def private(self) -> bool:
-        return self.config["noise_sigma"] > 0 or self.config["target_epsilon"] > 0
+        return self.config.noise_sigma > 0 or self.config.target_epsilon > 0
 
     def noise_std(self, num_samples: int) -> float:
         """sigma of client j's Gaussian noise (0 without DP)."""
         if self.noise_multiplier is not None:
             return self.noise_multiplier * correlation_sensitivity(self.share_mu, num_samples)
-        return self.config["noise_sigma"]
+        return self.config.noise_sigma
 
     def epsilon(self, client_id: int, shares: int) -> float:
         sensitivity = correlation_sensitivity(self.share_mu, self.spec.client_sizes[client_id])
         return rdp_epsilon(self.noise_std(self.spec.client_sizes[client_id]) / sensitivity, shares,
-                           self.config["delta"])
+                           self.config.delta)
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):
@@ -259,7 +263,7 @@ class FedSC(FedAvg):
         online.eval()
         generator = ctx.client_generator(data.client_id, "correlation")
         images = to_float(data.images.to(device))
-        views, mu = self.config["share_views"], self.share_mu
+        views, mu = self.config.share_views, self.share_mu
         batch_size = ctx.hparams["training"]["batch_size"]
         dim = self.scenario["model"]["projector_dim"]
         total = torch.zeros(dim, dim, dtype=torch.float64, device=device)

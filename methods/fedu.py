@@ -9,23 +9,30 @@ keeps its own predictor. A predictor is replaced whole, never mixed.
 """
 from __future__ import annotations
 
-from methods.divergence_aware import ONLINE, TARGET, DivergenceAware
+from dataclasses import dataclass
+
+from methods.divergence_aware import ONLINE, TARGET, DivergenceAware, DivergenceAwareParams
 
 PREDICTOR = ONLINE + "predictor."
 
 
+@dataclass(frozen=True)
+class FedUParams(DivergenceAwareParams):
+    dapu_threshold: float = 0.4
+
+
 class FedU(DivergenceAware):
     name = "fedu"
-    params = {**DivergenceAware.params, "dapu_threshold": 0.4}
+    Params = FedUParams
 
     @classmethod
     def param_rules(cls, config, scenario):
         return [*super().param_rules(config, scenario),
-                ("dapu_threshold", config["dapu_threshold"] >= 0, "a non-negative number")]
+                ("dapu_threshold", config.dapu_threshold >= 0, "a non-negative number")]
 
     def mix(self, global_weights, client_state, parameters):
         local = client_state["weights"]
-        use_global_predictor = client_state["distance"] < self.config["dapu_threshold"]
+        use_global_predictor = client_state["distance"] < self.config.dapu_threshold
         start = dict(global_weights)
         for name in start:
             if name.startswith(TARGET) or (name.startswith(PREDICTOR) and not use_global_predictor):

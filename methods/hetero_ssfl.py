@@ -68,6 +68,7 @@ from methods.local_training import Workspace, copy_into
 from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel
 from methods.networks import build_networks, make_workspace
 from methods.objective_step import train_objective
+from methods.params import Params
 from methods.objectives import Objective, build_objective, project
 from methods.weight_averaging import flat_state
 from simulator.augment import AugmentConfig, BatchAugment, to_float
@@ -176,26 +177,29 @@ class RadSSL(RadBatches):
         return self.objective.rows_loss(self.objective.embed(space.online, space.target, views), None)
 
 
+@dataclass(frozen=True)
+class HeteroSSFLParams(Params):
+    objective: str = "byol"
+    target_momentum: float = 0.99
+    mu: float = 0.5
+    rad_size: int = 1000
+    rad_batch_size: int = 128
+    kernel_weights: str = "uniform"
+    rad_term: str = "cka"
+    tiers: tuple = ()  # of {fraction, encoder}
+    eval_clients_per_tier: int = 2
+
+
 class HeteroSSFL(Method):
     name = "hetero_ssfl"
     stateful_clients = True
-    params = {
-        "objective": "byol",
-        "target_momentum": 0.99,
-        "mu": 0.5,
-        "rad_size": 1000,
-        "rad_batch_size": 128,
-        "kernel_weights": "uniform",
-        "rad_term": "cka",
-        "tiers": [],
-        "eval_clients_per_tier": 2,
-    }
+    Params = HeteroSSFLParams
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
         self.objective: Objective = build_objective(self.config, scenario, spec.num_classes)
         self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
-        self.tiers = parse_tiers(self.config["tiers"], scenario["model"]["encoder"])
+        self.tiers = parse_tiers(self.config.tiers, scenario["model"]["encoder"])
         self.client_tier = assign_tiers(len(spec.client_sizes), [t.fraction for t in self.tiers], scenario["seed"])
 
     def client_pool(self, client_id: int) -> str:
@@ -206,24 +210,24 @@ class HeteroSSFL(Method):
     def param_rules(cls, config, scenario):
         c = config
         return [
-            ("objective", c["objective"] in ("byol", "simsiam"), "byol or simsiam (a predictor to align)"),
-            ("mu", c["mu"] >= 0, "a non-negative number"),
-            ("rad_size", c["rad_size"] >= 2, "an integer >= 2"),
-            ("rad_batch_size", c["rad_batch_size"] >= 2, "an integer >= 2"),
-            ("kernel_weights", c["kernel_weights"] in ("uniform", "samples"), "uniform or samples"),
-            ("rad_term", c["rad_term"] in ("cka", "ssl"),
+            ("objective", c.objective in ("byol", "simsiam"), "byol or simsiam (a predictor to align)"),
+            ("mu", c.mu >= 0, "a non-negative number"),
+            ("rad_size", c.rad_size >= 2, "an integer >= 2"),
+            ("rad_batch_size", c.rad_batch_size >= 2, "an integer >= 2"),
+            ("kernel_weights", c.kernel_weights in ("uniform", "samples"), "uniform or samples"),
+            ("rad_term", c.rad_term in ("cka", "ssl"),
              "cka (Hetero-SSFL's alignment) or ssl (the control: SSL loss on the same RAD batches)"),
-            ("eval_clients_per_tier", c["eval_clients_per_tier"] >= 1, "a positive integer"),
-            ("rad_term", not (c["rad_term"] == "ssl" and not c["mu"] > 0), "cka with mu = 0 (mu weights the RAD term)"),
+            ("eval_clients_per_tier", c.eval_clients_per_tier >= 1, "a positive integer"),
+            ("rad_term", not (c.rad_term == "ssl" and not c.mu > 0), "cka with mu = 0 (mu weights the RAD term)"),
         ]
 
     @classmethod
     def check_data(cls, config, held_out):
         """The RAD must fit in the test images the evaluation leaves out."""
         available = held_out.available()
-        if config["rad_size"] > available:
+        if config.rad_size > available:
             raise ParamError("rad_size", f"expected at most {available} (test images outside "
-                                         f"eval.test_subset), got {config['rad_size']}")
+                                         f"eval.test_subset), got {config.rad_size}")
 
     @classmethod
     def check_params(cls, config, scenario):
@@ -256,13 +260,13 @@ class HeteroSSFL(Method):
         for tier in range(len(self.tiers)):
             members = np.flatnonzero(self.client_tier == tier)
             ranked = sorted(members.tolist(), key=lambda cid: (-counts[cid], cid))
-            chosen += ranked[:self.config["eval_clients_per_tier"]]
+            chosen += ranked[:self.config.eval_clients_per_tier]
         return sorted(chosen)
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):
         self.check_data(self.config, self.spec.held_out)
-        rad = self.spec.held_out.take(self.config["rad_size"])
+        rad = self.spec.held_out.take(self.config.rad_size)
         return {"rad": rad, "has_rad": torch.zeros(len(self.spec.client_sizes), dtype=torch.bool),
                 "kernel_sum": torch.zeros(len(rad), len(rad), dtype=torch.float64), "kernel_weight": 0.0}
 
@@ -309,14 +313,14 @@ class HeteroSSFL(Method):
         rad = extra["rad"] if client_state is None else client_state["rad"]
         aggregate = broadcast.get("kernels")
         terms = self.rad_terms(space, rad, aggregate, ctx, cid)
-        metrics = {"loss": train_objective(space, self.objective, terms, data, ctx, self.config["target_momentum"],
+        metrics = {"loss": train_objective(space, self.objective, terms, data, ctx, self.config.target_momentum,
                                            f"client {cid}, method {self.name}/{self.objective.name}")}
         representations, kernel = rad_kernel(space.online, rad)
         if aggregate is not None:
             metrics["rad_cka"] = linear_cka(kernel, aggregate.double()).item()
         first = client_state is None
         change = kernel if first else kernel - normalized_kernel(client_state["rad_representations"])
-        weight = len(data.labels) if self.config["kernel_weights"] == "samples" else 1
+        weight = len(data.labels) if self.config.kernel_weights == "samples" else 1
         upload = Stats.from_tensors({"kernels/rad": change, "kernels/weight": torch.tensor([float(first)])}, weight)
         state = {"networks": {k: v.detach().cpu().clone() for k, v in space.slots.items()},
                  "rad": rad, "rad_representations": representations}
@@ -325,10 +329,10 @@ class HeteroSSFL(Method):
     def rad_terms(self, space: Workspace, rad: torch.Tensor, aggregate: torch.Tensor | None, ctx: RoundContext,
                   cid: int) -> list[RadBatches]:
         """Client ``cid``'s RAD term of this round (none: ``mu = 0``, or no ``Kbar`` yet)."""
-        if not self.config["mu"] > 0 or aggregate is None:
+        if not self.config.mu > 0 or aggregate is None:
             return []
         images = to_float(rad.to(space.device))
-        rows, mu, size = ctx.client_generator(cid, "rad"), self.config["mu"], self.config["rad_batch_size"]
-        if self.config["rad_term"] == "cka":
+        rows, mu, size = ctx.client_generator(cid, "rad"), self.config.mu, self.config.rad_batch_size
+        if self.config.rad_term == "cka":
             return [Alignment(space, mu, images, rows, size, aggregate.to(space.device))]
         return [RadSSL(space, mu, images, rows, size, self.objective, ctx.client_generator(cid, "rad-augment"))]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.losses import byol_loss, norm_clip, nt_xent, simsiam_loss, spectral_contrastive
+from methods.params import Params
 from simulator.models import mlp
 
 # Per-view tensors of a batch by name; "features" (the online encoder's outputs) is always there.
@@ -31,7 +32,7 @@ class Objective:
     uses_target = False
     uses_labels = False
 
-    def __init__(self, config: Mapping[str, Any], model_config: Mapping[str, Any], num_classes: int):
+    def __init__(self, config: Params, model_config: Mapping[str, Any], num_classes: int):
         self.config = config
         self.hidden_dim = model_config["hidden_dim"]
         self.projector_dim = model_config["projector_dim"]
@@ -69,7 +70,7 @@ class SimCLR(Objective):
 
     def rows_loss(self, embedding, labels, rows=None):
         z1, z2 = take(embedding["z"], rows)
-        return nt_xent(z1, z2, self.config["temperature"])
+        return nt_xent(z1, z2, self.config.temperature)
 
 
 class Spectral(Objective):
@@ -79,7 +80,7 @@ class Spectral(Objective):
     name = "spectral"
 
     def clipped_projections(self, embedding: Embedding, rows: Tensor | None) -> list[Tensor]:
-        mu = self.config["clip_mu"]
+        mu = self.config.clip_mu
         return [norm_clip(z, mu) if mu > 0 else z for z in take(embedding["z"], rows)]
 
     def rows_loss(self, embedding, labels, rows=None):
@@ -156,6 +157,6 @@ class Supervised(Objective):
 OBJECTIVES = {cls.name: cls for cls in (SimCLR, Spectral, BYOL, SimSiam, Supervised)}
 
 
-def build_objective(config: Mapping[str, Any], scenario: Mapping[str, Any], num_classes: int) -> Objective:
-    """The objective named by ``config["objective"]``, for the scenario's model widths."""
-    return OBJECTIVES[config["objective"]](config, scenario["model"], num_classes)
+def build_objective(config: Params, scenario: Mapping[str, Any], num_classes: int) -> Objective:
+    """The objective named by ``config.objective``, for the scenario's model widths."""
+    return OBJECTIVES[config.objective](config, scenario["model"], num_classes)

@@ -78,6 +78,7 @@ The evaluated encoder is the online one, as in the reference's kNN monitor.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -90,7 +91,8 @@ from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objectives import Objective, project
 from methods.sinkhorn import equal_size_clustering, initial_global_centroids, sgd_global_clustering
-from methods.weight_averaging import SERVER_PARAMS, averaged_weights, initial_state, weight_uploads
+from methods.params import ServerOptimizerParams
+from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
 from simulator.augment import AugmentConfig, rotate90, to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.stats import Stats
@@ -126,14 +128,14 @@ class OrchestraNetworks(Objective):
 
     def __init__(self, config, model_config, num_classes):
         super().__init__(config, model_config, num_classes)
-        self.uses_target = config["target"]
+        self.uses_target = config.target
 
     def build(self, encoder):
         networks = nn.ModuleDict({
             "encoder": encoder,
             "projector": orchestra_projector(encoder.out_dim, self.hidden_dim, self.projector_dim),
         })
-        if self.config["degeneracy"]:
+        if self.config.degeneracy:
             networks["rotation"] = nn.Linear(self.projector_dim, NUM_ROTATIONS)
         return networks
 
@@ -156,26 +158,28 @@ class RecentProjections:
         return torch.cat(list(self.batches))[-self.capacity:]
 
 
+@dataclass(frozen=True)
+class OrchestraParams(ServerOptimizerParams):
+    num_global_clusters: int = 128
+    num_local_clusters: int = 16
+    memory_size: int = 128
+    temperature: float = 0.1
+    target_momentum: float = 0.996
+    clustering_iterations: int = 5
+    global_clustering: str = "sgd"
+    global_clustering_steps: int = 500
+    global_clustering_lr: float = 0.01
+    degeneracy: bool = True
+    target: bool = True
+    clustering: bool = True
+    reference_views: bool = False
+    ema_before_forward: bool = False
+
+
 class Orchestra(Method):
     name = "orchestra"
     has_setup_round = True
-    params = {
-        "num_global_clusters": 128,
-        "num_local_clusters": 16,
-        "memory_size": 128,
-        "temperature": 0.1,
-        "target_momentum": 0.996,
-        "clustering_iterations": 5,
-        "global_clustering": "sgd",
-        "global_clustering_steps": 500,
-        "global_clustering_lr": 0.01,
-        "degeneracy": True,
-        "target": True,
-        "clustering": True,
-        "reference_views": False,
-        "ema_before_forward": False,
-        **SERVER_PARAMS,
-    }
+    Params = OrchestraParams
 
     @classmethod
     def param_rules(cls, config, scenario):
@@ -183,11 +187,11 @@ class Orchestra(Method):
         integers = ("num_global_clusters", "num_local_clusters", "memory_size", "clustering_iterations",
                     "global_clustering_steps")
         return [
-            *((key, c[key] >= 1, "a positive integer") for key in integers),
-            *((key, c[key] > 0, "a positive number") for key in ("temperature", "global_clustering_lr")),
-            ("target_momentum", 0 <= c["target_momentum"] <= 1, "a number in [0, 1]"),
-            ("clustering", c["clustering"] or c["degeneracy"], "true when degeneracy is false (no loss would be left)"),
-            ("global_clustering", c["global_clustering"] in GLOBAL_CLUSTERING,
+            *((key, getattr(c, key) >= 1, "a positive integer") for key in integers),
+            *((key, getattr(c, key) > 0, "a positive number") for key in ("temperature", "global_clustering_lr")),
+            ("target_momentum", 0 <= c.target_momentum <= 1, "a number in [0, 1]"),
+            ("clustering", c.clustering or c.degeneracy, "true when degeneracy is false (no loss would be left)"),
+            ("global_clustering", c.global_clustering in GLOBAL_CLUSTERING,
              f"one of {', '.join(GLOBAL_CLUSTERING)}"),
         ]
 
@@ -227,15 +231,15 @@ class Orchestra(Method):
 
     def global_centroids(self, local: Tensor, previous: Tensor | None, ctx: RoundContext) -> Tensor:
         """The G global centroids of the received local centroids ``local`` [N, D]."""
-        count = self.config["num_global_clusters"]
-        if self.config["global_clustering"] == "kmeans":
+        count = self.config.num_global_clusters
+        if self.config.global_clustering == "kmeans":
             generator = torch.Generator().manual_seed(derive_seed(ctx.seed, ctx.round, "global-clustering"))
-            return equal_size_clustering(local, count, generator, self.config["clustering_iterations"])
+            return equal_size_clustering(local, count, generator, self.config.clustering_iterations)
         if previous is None:
             generator = torch.Generator().manual_seed(derive_seed(ctx.seed, "global-centroids"))
             previous = initial_global_centroids(count, local.shape[1], generator)
-        return sgd_global_clustering(local, previous, self.config["temperature"],
-                                     self.config["global_clustering_steps"], self.config["global_clustering_lr"])
+        return sgd_global_clustering(local, previous, self.config.temperature,
+                                     self.config.global_clustering_steps, self.config.global_clustering_lr)
 
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):
@@ -261,7 +265,7 @@ class Orchestra(Method):
 
     def memory_capacity(self, data: ClientData) -> int:
         # With fewer samples than the memory, the last n projections are the latest of every sample.
-        return min(self.config["memory_size"], len(data.labels))
+        return min(self.config.memory_size, len(data.labels))
 
     @torch.no_grad()
     def fill_memory(self, workspace: Workspace, data: ClientData, ctx: RoundContext,
@@ -275,7 +279,7 @@ class Orchestra(Method):
         model = self.assignment_model(workspace)
         rows = torch.randperm(len(data.labels), generator=generator)[:self.memory_capacity(data)]
         images = to_float(data.images[rows].to(workspace.device))
-        if self.config["reference_views"]:
+        if self.config.reference_views:
             images = workspace.augment(images, generator)
         saved = {name: buffer.clone() for name, buffer in model.named_buffers()}
         model.train(len(images) > 1)
@@ -287,8 +291,8 @@ class Orchestra(Method):
         return memory
 
     def local_centroids(self, memory: Tensor, generator: torch.Generator) -> Tensor:
-        return equal_size_clustering(memory, self.config["num_local_clusters"], generator,
-                                     self.config["clustering_iterations"]).cpu()
+        return equal_size_clustering(memory, self.config.num_local_clusters, generator,
+                                     self.config.clustering_iterations).cpu()
 
     def step_loss(self, workspace: Workspace, x: Tensor, centroids: Tensor, generator: torch.Generator
                   ) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
@@ -299,19 +303,19 @@ class Orchestra(Method):
         view, the rotation's view (``reference_views`` only), the quarter turns.
         """
         online = workspace.online
-        reference_views = self.config["reference_views"]
+        reference_views = self.config.reference_views
         target_view = workspace.augment(x, generator) if reference_views else x
         online_view = workspace.augment(x, generator)
         with torch.no_grad():
             z_target = F.normalize(project(self.assignment_model(workspace), target_view), dim=1)
         z_online = project(online, online_view)
-        cluster = orchestra_clustering_loss(z_online, z_target, centroids, self.config["temperature"])
+        cluster = orchestra_clustering_loss(z_online, z_target, centroids, self.config.temperature)
         if "rotation" not in online:
             return cluster, cluster, None, z_target
         rotation_view = workspace.augment(x, generator) if reference_views else x
         turns = torch.randint(NUM_ROTATIONS, (len(x),), generator=generator).to(x.device)
         rotation = rotation_loss(online["rotation"](project(online, rotate90(rotation_view, turns))), turns)
-        if not self.config["clustering"]:  # RotPred: rotation prediction alone
+        if not self.config.clustering:  # RotPred: rotation prediction alone
             return rotation, cluster, rotation, z_target
         return cluster + rotation, cluster, rotation, z_target
 
@@ -337,8 +341,8 @@ class Orchestra(Method):
 
         step = LocalStep(batch_loss, list(online.parameters()))
         if target is not None:
-            momentum = self.config["target_momentum"]
-            hooks = step.before_forward if self.config["ema_before_forward"] else step.after_step
+            momentum = self.config.target_momentum
+            hooks = step.before_forward if self.config.ema_before_forward else step.after_step
             hooks.append(lambda: ema_update(target, online, momentum))
         metrics = train_local_epochs(step, len(data.labels), generator, device, ctx,
                                      f"client {data.client_id}, method {self.name}")

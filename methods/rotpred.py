@@ -24,7 +24,8 @@ from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objectives import Objective, project
 from methods.orchestra import NOT_UPLOADED, NUM_ROTATIONS, orchestra_projector
-from methods.weight_averaging import SERVER_PARAMS, averaged_weights, initial_state, weight_uploads
+from methods.params import ServerOptimizerParams
+from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
 from simulator.augment import AugmentConfig, rotate90, to_float
 from simulator.context import derive_seed
 from simulator.stats import Stats
@@ -46,7 +47,7 @@ class RotationNetworks(Objective):
 class RotPred(Method):
     name = "rotpred"
     centralizable = True
-    params = dict(SERVER_PARAMS)
+    Params = ServerOptimizerParams
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)

@@ -10,6 +10,8 @@ the objective's loss as :func:`semi_supervised_loss`, for any self-supervised ob
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -18,6 +20,7 @@ from torch import Tensor, nn
 from methods.extension import ClientTerm, Extension
 from methods.losses.supervised_contrastive import within_class_loss
 from methods.objectives import Embedding, Objective
+from methods.params import Params
 from simulator.context import derive_seed
 from simulator.data.partition import Partition
 
@@ -74,19 +77,23 @@ class LabelledTerm(ClientTerm):
                                                                     self.labelled[rows], self.classifier)
 
 
+@dataclass(frozen=True)
+class SemiSupervisedParams(Params):
+    labelled_fraction: float = 0.0
+
+
 class SemiSupervised(Extension):
     """``method.labelled_fraction`` > 0: a labelled fraction of every client's samples."""
 
     name = "semi_supervised"
-    params = {"labelled_fraction": 0.0}
 
     @classmethod
     def enabled(cls, config):
-        return config["labelled_fraction"] > 0
+        return config.labelled_fraction > 0
 
     @classmethod
     def param_rules(cls, config, objective, scenario):
-        fraction = config["labelled_fraction"]
+        fraction = config.labelled_fraction
         return [
             ("labelled_fraction", 0 <= fraction <= 1, "a fraction in [0, 1]"),
             ("labelled_fraction", not (fraction > 0 and objective.uses_labels),
@@ -97,7 +104,7 @@ class SemiSupervised(Extension):
         online["label_classifier"] = nn.Linear(feature_dim, self.spec.num_classes)
 
     def bind(self, workspace, objective, broadcast, data, ctx):
-        mask = labelled_mask(ctx.seed, data.client_id, len(data.labels), self.config["labelled_fraction"])
+        mask = labelled_mask(ctx.seed, data.client_id, len(data.labels), self.config.labelled_fraction)
         return LabelledTerm(objective, mask.to(workspace.device), workspace.online["label_classifier"])
 
     @classmethod

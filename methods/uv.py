@@ -28,12 +28,15 @@ views on the UV projector's outputs added to the objective's loss.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.extension import ClientTerm, Extension
 from methods.losses.uv import uv_loss
+from methods.params import Params
 from methods.server_optimizer import adam_update
 from simulator.context import derive_seed
 from simulator.models import mlp
@@ -122,25 +125,30 @@ class UVTerm(ClientTerm):
         return {ROWS_KEY: self.head.delta_matrix()}
 
 
+@dataclass(frozen=True)
+class UVParams(Params):
+    uv: bool = False
+    uv_weight: float = 1.0
+
+
 class UV(Extension):
     """User verification (``method.uv``, weight ``method.uv_weight``): the UV projector among the
     online networks, the rows phi in the server state (``uv_rows``, Adam's ``uv_opt``), broadcast as
     payload kind ``"heads"``, each client training its own row."""
 
     name = "uv"
-    params = {"uv": False, "uv_weight": 1.0}
     sparse_rows = (ROWS_KEY,)
 
     @classmethod
     def enabled(cls, config):
-        return config["uv"]
+        return config.uv
 
     @classmethod
     def param_rules(cls, config, objective, scenario):
         return [
-            ("uv", not config["uv"] or objective.num_views == 2, f"false with objective {objective.name} (one view)"),
-            ("uv_weight", config["uv_weight"] >= 0, "a non-negative number"),
-            ("uv", not (config["uv"] and scenario["training"]["centralized"]),
+            ("uv", not config.uv or objective.num_views == 2, f"false with objective {objective.name} (one view)"),
+            ("uv_weight", config.uv_weight >= 0, "a non-negative number"),
+            ("uv", not (config.uv and scenario["training"]["centralized"]),
              "false with training.centralized (one client: no client to tell apart)"),
         ]
 
@@ -157,8 +165,8 @@ class UV(Extension):
 
     def server_update(self, state, mean):
         c = self.config
-        rows, uv_opt = server_step_rows(state["uv_rows"], mean[ROWS_KEY], state["uv_opt"], c["server_optimizer"],
-                                        c["server_lr"], tuple(c["server_betas"]), c["server_eps"])
+        rows, uv_opt = server_step_rows(state["uv_rows"], mean[ROWS_KEY], state["uv_opt"], c.server_optimizer,
+                                        c.server_lr, tuple(c.server_betas), c.server_eps)
         return {"uv_rows": rows, "uv_opt": uv_opt}
 
     def make_part(self, device):
@@ -167,4 +175,4 @@ class UV(Extension):
     def bind(self, workspace, objective, broadcast, data, ctx):
         head = workspace.parts[self.name]
         head.load(broadcast["heads"], data.client_id)
-        return UVTerm(head, workspace.online["uv_projector"], self.config["uv_weight"])
+        return UVTerm(head, workspace.online["uv_projector"], self.config.uv_weight)

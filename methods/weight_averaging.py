@@ -15,15 +15,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
+from methods.params import ServerOptimizerParams
 from methods.server_optimizer import adam_step
-
-SERVER_PARAMS: dict[str, Any] = {
-    "server_optimizer": "avg",
-    "server_lr": 1.0,
-    "server_betas": [0.9, 0.999],
-    "server_eps": 1e-8,
-}
-
 
 def flat_state(online: nn.Module, target: nn.Module | None) -> dict[str, Tensor]:
     """The networks' state by flat name: ``online.<key>`` and, with a target, ``target.<key>``."""
@@ -45,22 +38,22 @@ def weight_uploads(slots: Mapping[str, Tensor], skip: str | None = None) -> dict
     return {f"weights/{k}": v for k, v in slots.items() if skip is None or not k.endswith(skip)}
 
 
-def averaged_weights(state: dict[str, Any], mean: Mapping[str, Tensor], config: Mapping[str, Any]) -> dict[str, Any]:
+def averaged_weights(state: dict[str, Any], mean: Mapping[str, Tensor], config: ServerOptimizerParams) -> dict[str, Any]:
     """``state`` with its weights after the server step on the round's averaged uploads ``mean``
     (keys ``"weights/<name>"``; weights nobody uploaded keep their value)."""
     averaged = {k.split("/", 1)[1]: v for k, v in mean.items() if k.startswith("weights/")}
     weights = dict(state["weights"])
     for name, value in averaged.items():
         weights[name] = value.to(weights[name].dtype)
-    if config["server_optimizer"] == "adam":
+    if config.server_optimizer == "adam":
         trainable = state["trainable"]
         stepped, opt_state = adam_step(
             {k: state["weights"][k] for k in trainable}, {k: averaged[k] for k in trainable},
-            state["server_opt"], config["server_lr"], tuple(config["server_betas"]), config["server_eps"])
+            state["server_opt"], config.server_lr, tuple(config.server_betas), config.server_eps)
         weights.update(stepped)
         state = {**state, "server_opt": opt_state}
-    elif config["server_lr"] != 1.0:
-        lr = config["server_lr"]
+    elif config.server_lr != 1.0:
+        lr = config.server_lr
         for k in state["trainable"]:
             weights[k] = state["weights"][k] + lr * (averaged[k] - state["weights"][k])
     return {**state, "weights": weights}

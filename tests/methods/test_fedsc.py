@@ -208,8 +208,8 @@ def test_one_clip_bound_governs_the_loss_and_dp_calr_by_default(synthetic_raw):
     """The reference code's one mu (4) clips the loss's and the shared matrix's projections; a user's
     clip_mu moves both, an explicit share_clip_mu only DP-CalR's."""
     method, scenario = build(synthetic_raw, name="fedsc")
-    assert method.config["share_views"] == 5
-    assert method.config["clip_mu"] == 4.0 and method.config["share_clip_mu"] == 0.0 and method.share_mu == 4.0
+    assert method.config.share_views == 5
+    assert method.config.clip_mu == 4.0 and method.config.share_clip_mu == 0.0 and method.share_mu == 4.0
     weights = {k: v.clone() for k, v in method.init_state()["weights"].items()}
     images = CLIENTS[0][0]
     scale_projections(method, weights, images, 20.0)  # every projection far beyond norm sqrt(4) = 2
@@ -227,9 +227,9 @@ def test_one_clip_bound_governs_the_loss_and_dp_calr_by_default(synthetic_raw):
         assert torch.allclose(z.norm(dim=1), torch.full((len(images),), 2.0), atol=1e-5)
 
     moved, _ = build(synthetic_raw, name="fedsc", clip_mu=1.0)
-    assert moved.config["clip_mu"] == moved.share_mu == 1.0
+    assert moved.config.clip_mu == moved.share_mu == 1.0
     split, _ = build(synthetic_raw, name="fedsc", clip_mu=0.0, share_clip_mu=9.0)  # Eq. 5 unclipped, DP-CalR at 9
-    assert split.config["clip_mu"] == 0.0 and split.share_mu == 9.0
+    assert split.config.clip_mu == 0.0 and split.share_mu == 9.0
 
 
 @pytest.mark.parametrize("case", ["clipped, noise_sigma", "clipped, target_epsilon", "unclipped, no noise"])
@@ -340,7 +340,7 @@ def test_local_step_gradient_equals_the_hand_computation(synthetic_raw, alpha_st
     raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "batch_size": 64, "local_epochs": 1,
                                          "momentum": 0.0, "weight_decay": 0.0, "lr": 0.5}}
     method, scenario = build(raw, rounds=3, name="fedsc", alpha_start=alpha_start, alpha_end=alpha_end)
-    mu, lr, cid = method.config["clip_mu"], 0.5, 0
+    mu, lr, cid = method.config.clip_mu, 0.5, 0
     state = method.init_state()
     images, labels = CLIENTS[cid]
     scale_projections(method, state["weights"], images, math.sqrt(mu))  # about half the rows clip

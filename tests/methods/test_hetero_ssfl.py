@@ -133,20 +133,20 @@ def hand_step(method, scenario, networks, cid, ctx, rad, kbar):
     generator = ctx.client_generator(cid)
     images = to_float(load_client(cid)[0])[torch.randperm(10, generator=generator)]
     views = [augment(images, generator) for _ in range(2)]
-    loss = hand_ssl(config["objective"], online, target, *views)
+    loss = hand_ssl(config.objective, online, target, *views)
     if kbar is not None:
-        rows = torch.randperm(len(rad), generator=ctx.client_generator(cid, "rad"))[:config["rad_batch_size"]]
+        rows = torch.randperm(len(rad), generator=ctx.client_generator(cid, "rad"))[:config.rad_batch_size]
         batch = to_float(rad)[rows]
-        if config["rad_term"] == "cka":
+        if config.rad_term == "cka":
             term = 1 - hand_cka(heads(online, batch)[1], kbar[rows][:, rows])
         else:
             rad_generator = ctx.client_generator(cid, "rad-augment")
             rad_views = [augment(batch, rad_generator) for _ in range(2)]
-            term = hand_ssl(config["objective"], online, target, *rad_views)
-        loss = loss + config["mu"] * term
+            term = hand_ssl(config.objective, online, target, *rad_views)
+        loss = loss + config.mu * term
     names, parameters = zip(*online.named_parameters())
     grads = torch.autograd.grad(loss, parameters)
-    lr, wd, m = training["lr"], training["weight_decay"], config["target_momentum"]
+    lr, wd, m = training["lr"], training["weight_decay"], config.target_momentum
     new = {f"online.{n}": (p - lr * (g + wd * p)).detach() for n, p, g in zip(names, parameters, grads)}
     for n, t in target.named_parameters():
         new[f"target.{n}"] = m * t.detach() + (1 - m) * new[f"online.{n}"]

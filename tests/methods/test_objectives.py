@@ -97,9 +97,9 @@ def reference_objective(name, online, target, views, rows, config):
     h1, h2 = online["encoder"](v1), online["encoder"](v2)
     z1, z2 = online["projector"](h1), online["projector"](h2)
     if name == "simclr":
-        return reference_nt_xent(z1, z2, config["temperature"])
+        return reference_nt_xent(z1, z2, config.temperature)
     if name == "spectral":
-        return reference_spectral(z1, z2, config["clip_mu"])
+        return reference_spectral(z1, z2, config.clip_mu)
     p1, p2 = online["predictor"](z1), online["predictor"](z2)
     if name == "byol":  # the prediction of each view regresses the TARGET projection of the other
         with torch.no_grad():

@@ -1,0 +1,50 @@
+"""A method's parameters: one typed, frozen object per method (as pfl-research's ``FedProxParams``).
+
+A method declares ``Params``, a frozen dataclass of its ``method:`` keys with their defaults
+(composed from the parts it uses: the server optimiser's, each extension's); the scenario validator
+accepts exactly those keys, each of its default's type (:meth:`Params.defaults`), and the method's
+``param_rules`` check the values, one way for every method (``Method.check_params``). Lists in a
+scenario become tuples, so the object is immutable all the way down.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _thawed(value: Any) -> Any:
+    return [_thawed(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+@dataclass(frozen=True)
+class Params:
+    """Base of every method's parameters (none)."""
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each key's default, as a scenario writes it (tuples as lists)."""
+        out = {}
+        for field in dataclasses.fields(cls):
+            default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+            out[field.name] = _thawed(default)
+        return out
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Params:
+        """The parameters of a resolved ``method:`` section (its ``name`` and unknown keys ignored)."""
+        return cls(**{f.name: _frozen(config[f.name]) for f in dataclasses.fields(cls) if f.name in config})
+
+
+@dataclass(frozen=True)
+class ServerOptimizerParams(Params):
+    """The server optimiser of weight averaging (:mod:`methods.weight_averaging`)."""
+
+    server_optimizer: str = "avg"
+    server_lr: float = 1.0
+    server_betas: tuple[float, float] = (0.9, 0.999)
+    server_eps: float = 1e-8
