@@ -174,7 +174,8 @@ def check_data(scenario: dict, source: str) -> None:
     from simulator.data.store import prepare_partition
     from simulator.held_out import HeldOutImages
     try:
-        METHODS[scenario["method"]["name"]].check_data(scenario["method"], HeldOutImages.of(scenario))
+        method = METHODS[scenario["method"]["name"]]
+        method.check_data(method.Params.from_config(scenario["method"]), HeldOutImages.of(scenario))
     except ParamError as err:
         raise ScenarioError(source, f"method.{err.key}", err.message) from None
     try:

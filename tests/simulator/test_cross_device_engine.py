@@ -72,7 +72,7 @@ def weighted_average(uploads, sizes):
 def test_the_engine_simulates_and_aggregates_exactly_the_reporting_clients(ray_session, synthetic_raw, tmp_path):
     scenario = cross_device(synthetic_raw)
     partition_dir = prepare_partition(scenario)
-    spec, reader = data_spec(partition_dir), PartitionReader(partition_dir)
+    spec, reader = data_spec(partition_dir, scenario), PartitionReader(partition_dir)
     sizes = {c: int(n) for c, n in enumerate(spec.client_sizes)}
     population = Population(scenario["population"], scenario["training"]["local_epochs"], spec.client_sizes,
                             scenario["seed"])

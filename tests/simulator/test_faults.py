@@ -25,7 +25,7 @@ def federation_states(scenario, rounds, kill_worker_in_round=None):
     from simulator.engine import RayFederation
     partition_dir = prepare_partition(scenario)
     federation = RayFederation(scenario)
-    federation.setup(data_spec(partition_dir), str(partition_dir), None)
+    federation.setup(data_spec(partition_dir, scenario), str(partition_dir), None)
     try:
         for r in range(1, rounds + 1):
             _, cohort = sample_cohort(scenario["seed"], r, 8, 4)
@@ -77,7 +77,7 @@ def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_st
     monkeypatch.setattr(engine, "StoreActor", ray.remote(StoreKillingItsCaller))
     partition_dir = prepare_partition(scenario)
     federation = engine.RayFederation(scenario)
-    federation.setup(data_spec(partition_dir), str(partition_dir), str(store_dir))
+    federation.setup(data_spec(partition_dir, scenario), str(partition_dir), str(store_dir))
     try:
         for r in (1, 2, 3):
             _, cohort = sample_cohort(scenario["seed"], r, 4, 2)
