@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from methods.params import Params
+from simulator.augment import AugmentConfig
 from simulator.context import RoundContext
 from simulator.stats import Stats
 
@@ -132,6 +133,7 @@ class Method:
         self.spec = spec
         self.check_params(scenario["method"], scenario)
         self.config = self.Params.from_config(scenario["method"])
+        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])  # the clients' views
 
     @classmethod
     def param_rules(cls, config: Params, scenario: Mapping[str, Any]) -> list[Rule]:

@@ -40,7 +40,6 @@ from methods.params import ServerOptimizerParams
 from methods.semi_supervised import SemiSupervised, SemiSupervisedParams
 from methods.uv import UV, UVParams
 from methods.weight_averaging import averaged_weights, initial_state
-from simulator.augment import AugmentConfig
 from simulator.context import RoundContext, derive_seed
 from simulator.stats import Stats
 
@@ -63,7 +62,6 @@ class FedAvg(Method):
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
         self.objective: Objective = build_objective(self.config, scenario, spec.num_classes)
-        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
         self.extensions = [cls(self.config, scenario, spec) for cls in EXTENSIONS if cls.enabled(self.config)]
 
     @classmethod

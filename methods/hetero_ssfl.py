@@ -71,7 +71,7 @@ from methods.objective_step import train_objective
 from methods.params import Params
 from methods.objectives import Objective, build_objective, project
 from methods.weight_averaging import flat_state
-from simulator.augment import AugmentConfig, BatchAugment, to_float
+from simulator.augment import BatchAugment, to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.evaluation.metrics import extract_features
 from simulator.models import ENCODERS
@@ -198,7 +198,6 @@ class HeteroSSFL(Method):
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
         self.objective: Objective = build_objective(self.config, scenario, spec.num_classes)
-        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
         self.tiers = parse_tiers(self.config.tiers, scenario["model"]["encoder"])
         self.client_tier = assign_tiers(len(spec.client_sizes), [t.fraction for t in self.tiers], scenario["seed"])
 

@@ -93,7 +93,7 @@ from methods.objectives import Objective, project
 from methods.sinkhorn import equal_size_clustering, initial_global_centroids, sgd_global_clustering
 from methods.params import ServerOptimizerParams
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
-from simulator.augment import AugmentConfig, rotate90, to_float
+from simulator.augment import rotate90, to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.stats import Stats
 
@@ -198,7 +198,6 @@ class Orchestra(Method):
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
         self.objective = OrchestraNetworks(self.config, scenario["model"], spec.num_classes)
-        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
 
     def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
         """Online networks and target, initialised deterministically from the scenario seed."""

@@ -26,7 +26,7 @@ from methods.objectives import Objective, project
 from methods.orchestra import NOT_UPLOADED, NUM_ROTATIONS, orchestra_projector
 from methods.params import ServerOptimizerParams
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
-from simulator.augment import AugmentConfig, rotate90, to_float
+from simulator.augment import rotate90, to_float
 from simulator.context import derive_seed
 from simulator.stats import Stats
 
@@ -52,7 +52,6 @@ class RotPred(Method):
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
         self.objective = RotationNetworks(self.config, scenario["model"], spec.num_classes)
-        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])
 
     def build_networks(self):
         torch.manual_seed(derive_seed(self.scenario["seed"], "init"))
