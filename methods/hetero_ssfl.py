@@ -225,8 +225,12 @@ class HeteroSSFL(Method):
         """The RAD must fit in the test images the evaluation leaves out."""
         available = held_out.available()
         if config.rad_size > available:
-            raise ParamError("rad_size", f"expected at most {available} (test images outside "
-                                         f"eval.test_subset), got {config.rad_size}")
+            raise cls.rad_too_big(available, config.rad_size)
+
+    @staticmethod
+    def rad_too_big(available: int, rad_size: int) -> ParamError:
+        return ParamError("rad_size", f"expected at most {available} (test images outside eval.test_subset), "
+                                      f"got {rad_size}")
 
     @classmethod
     def check_params(cls, config, scenario):
@@ -264,8 +268,10 @@ class HeteroSSFL(Method):
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):
-        self.check_data(self.config, self.spec.held_out)
-        rad = self.spec.held_out.take(self.config.rad_size)
+        try:  # one load of the data set (check_data would load it once more)
+            rad = self.spec.held_out.take(self.config.rad_size)
+        except ValueError as err:
+            raise self.rad_too_big(getattr(err, "available", 0), self.config.rad_size) from None
         return {"rad": rad, "has_rad": torch.zeros(len(self.spec.client_sizes), dtype=torch.bool),
                 "kernel_sum": torch.zeros(len(rad), len(rad), dtype=torch.float64), "kernel_weight": 0.0}
 

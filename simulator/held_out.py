@@ -19,6 +19,14 @@ from simulator.data.datasets import scenario_dataset, seeded_subset
 EVAL_TEST_STREAM = "eval-test"  # the evaluation's stream for its test subset (simulator.evaluation.monitor)
 
 
+class TooFewHeldOut(ValueError):
+    """More held-out images asked for than there are (``available`` of them)."""
+
+    def __init__(self, available: int, message: str):
+        super().__init__(message)
+        self.available = available
+
+
 @dataclass(frozen=True)
 class HeldOutImages:
     """The held-out test images of a scenario: its data set, its seed, the evaluation's test subset."""
@@ -54,6 +62,6 @@ class HeldOutImages:
         test_x = self._test_split()
         outside = self._outside(len(test_x))
         if count > len(outside):
-            raise ValueError(f"only {len(outside)} test images lie outside eval.test_subset={self.test_subset}, "
-                             f"{count} asked for")
+            raise TooFewHeldOut(len(outside), f"only {len(outside)} test images lie outside "
+                                f"eval.test_subset={self.test_subset}, {count} asked for")
         return test_x[outside[:count]].clone()
