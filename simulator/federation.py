@@ -107,21 +107,21 @@ def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dic
                      client_states: dict[int, Any] | None = None) -> WorkerResult:
     """Run the client step of each client in turn in the worker's workspace and pre-aggregate."""
     result = WorkerResult()
-    uploads = []
+    total = None  # a running sum, on the workspace's device until the end
     for cid in client_ids:
         images, labels = load_client(cid)
         result.samples += len(labels)
         state = (client_states or {}).get(cid)
         upload = method.client_update(workspace, broadcast, extras.get(cid),
                                       ClientData(cid, images, labels), ctx, state)
-        uploads.append(upload.stats)
+        total = sum_stats([total, upload.stats])
         if upload.record is not None:
             result.records[cid] = upload.record
         if upload.client_state is not None:
             result.client_states[cid] = upload.client_state
         result.metrics[cid] = upload.metrics
         result.bytes_up.update(upload.bytes_by_kind())
-    result.stats = sum_stats(uploads)
+    result.stats = total.to("cpu") if total is not None else None
     return result
 
 

@@ -28,17 +28,27 @@ class Stats:
 
     @classmethod
     def from_tensors(cls, tensors: Mapping[str, torch.Tensor], weight: int) -> "Stats":
+        """``weight`` x each tensor in fixed point, computed where the tensors are (a GPU client's
+        sums stay on its GPU until :meth:`to`; the arithmetic is exact, so the device does not change
+        a bit), with one overflow check per device."""
         if not isinstance(weight, int) or weight <= 0:
             raise ValueError(f"Stats weight must be a positive int, got {weight!r}")
-        sums = {}
-        for name, tensor in tensors.items():
-            scaled = tensor.detach().to("cpu", torch.float64) * (weight * _SCALE)
-            if not torch.isfinite(scaled).all() or scaled.abs().max().item() >= _LIMIT:
+        scaled = {name: tensor.detach().to(torch.float64) * (weight * _SCALE) for name, tensor in tensors.items()}
+        names_by_device: dict[torch.device, list[str]] = {}
+        for name, value in scaled.items():
+            names_by_device.setdefault(value.device, []).append(name)
+        for names in names_by_device.values():  # one check per device (a UV row may sit on the CPU)
+            too_large = torch.stack([~torch.isfinite(scaled[n]).all() | (scaled[n].abs().max() >= _LIMIT)
+                                     for n in names])
+            if too_large.any():
                 raise OverflowError(
-                    f"upload {name!r} is not finite or too large for exact aggregation "
-                    f"(max |value| x weight must stay below 2**20)")
-            sums[name] = torch.round(scaled).to(torch.int64)
-        return cls(sums, weight)
+                    f"upload {names[int(too_large.nonzero()[0])]!r} is not finite or too large for exact "
+                    f"aggregation (max |value| x weight must stay below 2**20)")
+        return cls({name: torch.round(v).to(torch.int64) for name, v in scaled.items()}, weight)
+
+    def to(self, device: str | torch.device) -> "Stats":
+        """The same sums on ``device``."""
+        return Stats({k: v.to(device) for k, v in self.sums.items()}, self.weight)
 
     def __add__(self, other: "Stats | None") -> "Stats":
         if other is None:

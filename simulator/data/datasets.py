@@ -16,7 +16,12 @@ from simulator.data.image_dataset import ImageDataset
 SYSTEM_ROOT = Path("/usr/share/datasets")
 CACHE_ROOT = Path("~/.cache/fedssl").expanduser()
 
-DATASETS = ("fashion_mnist", "cifar10", "cifar100", "svhn", "synthetic")
+DATASETS = ("fashion_mnist", "cifar10", "cifar100", "svhn", "synthetic", "synthetic_cifar10")
+# synthetic data sets by name: make_synthetic arguments (synthetic_cifar10 has CIFAR-10's shape, for
+# machines without data files, e.g. a GPU box: 3 x 32 x 32, 10 classes, 5,000 + 1,000 images)
+SYNTHETIC_SHAPES = {"synthetic": {},
+                    "synthetic_cifar10": {"image_size": 32, "channels": 3, "train_per_class": 500,
+                                          "test_per_class": 100}}
 
 
 class DatasetUnavailable(Exception):
@@ -111,15 +116,15 @@ def _load_files(name: str, root: str | Path | None, download: bool) -> ImageData
 
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False, seed: int = 0) -> ImageDataset:
-    """Load dataset ``name`` (one of DATASETS); ``seed`` only affects the synthetic dataset.
+    """Load dataset ``name`` (one of DATASETS); ``seed`` only affects the synthetic data sets.
 
     Files are searched in ``root`` (if given), then ``SYSTEM_ROOT/<dir>``, then ``CACHE_ROOT/<dir>``;
     with ``download=True`` missing data is fetched with torchvision into the cache directory.
     """
-    if name == "synthetic":
+    if name in SYNTHETIC_SHAPES:
         from simulator.data.synthetic import make_synthetic
 
-        return make_synthetic(seed=seed)
+        return make_synthetic(seed=seed, **SYNTHETIC_SHAPES[name])
     if name not in _SOURCES:
         raise ValueError(f"name must be one of {', '.join(DATASETS)}, got {name!r}")
     return _load_files(name, root, download)

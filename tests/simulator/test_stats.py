@@ -51,3 +51,15 @@ def test_bad_inputs_are_rejected():
         Stats.from_tensors({"x": torch.tensor([1e7])}, weight=1)
     with pytest.raises(ValueError, match="keys"):
         Stats.from_tensors({"x": torch.ones(1)}, 1) + Stats.from_tensors({"y": torch.ones(1)}, 1)
+
+
+def test_the_overflow_check_names_the_first_bad_tensor_among_several():
+    tensors = {"a": torch.ones(3), "b": torch.tensor([1.0, float("inf")]), "c": torch.tensor([1e7])}
+    with pytest.raises(OverflowError, match="'b'"):
+        Stats.from_tensors(tensors, weight=1)
+
+
+def test_sums_move_between_devices_unchanged():
+    a = Stats.from_tensors({"x": torch.tensor([0.1, -2.5])}, weight=3)
+    moved = a.to("meta")
+    assert moved.weight == 3 and moved.sums["x"].device.type == "meta" and a.sums["x"].device.type == "cpu"

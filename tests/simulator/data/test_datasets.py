@@ -187,6 +187,12 @@ def test_synthetic_is_available_under_its_name_with_seed():
     assert torch.equal(dataset.train_x, make_synthetic(seed=3).train_x)
 
 
+def test_synthetic_cifar10_has_cifar10s_shape():
+    dataset = load_dataset("synthetic_cifar10", seed=1)
+    assert dataset.train_x.shape == (5000, 3, 32, 32) and dataset.test_x.shape == (1000, 3, 32, 32)
+    assert dataset.num_classes == 10 and torch.bincount(dataset.train_y).tolist() == [500] * 10
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("train_x", torch.zeros(2, 1, 4, 4, dtype=torch.float32), "train_x must be a uint8 tensor"),
     ("train_x", torch.zeros(2, 1, 4, 5, dtype=torch.uint8), "train_x must be a uint8 tensor"),

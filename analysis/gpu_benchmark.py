@@ -1,0 +1,212 @@
+"""Client steps on a GPU, without Ray and without data files (issues 15 and 17).
+
+Three measurements, each printed as a table and written to ``--out`` (JSON):
+
+1. ``methods``: every method's federation, in-process (``executor: in_process``, one worker with the
+   GPU), on ``synthetic_cifar10`` (CIFAR-10's shape) with a ResNet-18, 10 iid clients of 500 images,
+   4 a round, batch 128, one local epoch. Images/s are the run summary's steady rate (rounds after
+   the first: client steps, broadcast and server step), beside the peak GPU memory.
+2. ``plain``: the same work without the federation: one network trained by SimCLR (the same
+   encoder, projector, batched augmentation and NT-Xent) in a plain torch loop on the same device;
+   once with a ResNet-18 on CIFAR-10-shaped data, once with the quickstart's small CNN on
+   Fashion-MNIST-shaped data, beside the quickstart federation in-process on ``synthetic``.
+3. ``several_clients``: K clients' SimCLR steps at once with ``torch.func`` (stacked parameters, a
+   ``vmap`` of the gradient) against the per-client loop, on pre-augmented batches (compute only).
+
+Run: ``python -m analysis.gpu_benchmark --out gpu.json`` (``--smoke`` shrinks every size, for a CPU
+check that the script runs).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from methods.losses.nt_xent import nt_xent
+from simulator.augment import AugmentConfig, BatchAugment, to_float
+from simulator.data.datasets import load_dataset
+from simulator.models import build_encoder, mlp
+from simulator.scenario import load_scenario
+
+# (label, shipped scenario, its own overrides); ResNet-18 on synthetic_cifar10 is set for all below
+METHOD_RUNS = [
+    ("fedavg simclr", "scenarios/quickstart.yaml", []),
+    ("fedavg byol", "scenarios/fedavg/byol.yaml", []),
+    ("fedavg simsiam", "scenarios/fedavg/simsiam.yaml", []),
+    # unclipped, the spectral loss of fedavg/spectral.yaml (set for the small CNN) reaches inf on a
+    # ResNet-18 in the first round: the FedSC reference's clip (mu = 4) is set here
+    ("fedavg spectral (clip mu 4)", "scenarios/fedavg/spectral.yaml", ["method.clip_mu=4.0"]),
+    ("fedavg supervised", "scenarios/fedavg/supervised.yaml", []),
+    ("fedu (byol)", "scenarios/fedavg/fedu.yaml", []),
+    ("fedema (byol)", "scenarios/fedavg/fedema.yaml", []),
+    ("fedsc", "scenarios/fedsc/cifar10_paper.yaml", []),
+    ("fedsc dp eps 8", "scenarios/fedsc/fmnist_partial_dp_eps8.yaml", []),
+    ("orchestra", "scenarios/orchestra/cifar10_resnet18.yaml", []),
+    ("rotpred", "scenarios/orchestra/rotpred.yaml", []),
+    ("hetero-ssfl (resnet18 + resnet34 tiers)", "scenarios/hetero/cifar10_5c5.yaml", ["ray.worker_pools=[]", "method.rad_size=500",
+                                                                          "eval.test_subset=500"]),
+    ("uv simclr (label skew)", "scenarios/uv/cifar10_label_skew_federated_simclr.yaml", []),
+    ("local simclr (uv's baseline)", "scenarios/uv/cifar10_label_skew_local_simclr.yaml", []),
+    ("uv simclr semi 10%", "scenarios/uv/cifar10_label_skew_federated_simclr_semi10.yaml", []),
+]
+
+
+def common_overrides(device: torch.device, smoke: bool) -> list[str]:
+    clients = 4 if smoke else 10
+    return ["executor=in_process", "eval.enabled=false", "training.rounds=3", "training.local_epochs=1",
+            f"training.batch_size={16 if smoke else 128}", "partition.kind=iid",
+            f"population.num_clients={clients}", f"population.clients_per_round={2 if smoke else 4}",
+            "population.dropout=0.0", "ray.num_workers=1", "ray.worker.num_cpus=1",
+            f"ray.worker.num_gpus={1 if device.type == 'cuda' else 0}", "output.checkpoint_every=1000"]
+
+
+def federation_rate(path: str, overrides: list[str], device: torch.device) -> dict[str, Any]:
+    """Steady images/s (and seconds per round) of a scenario run in-process."""
+    from simulator.run import run_scenario
+    scenario = load_scenario(path, overrides)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with tempfile.TemporaryDirectory() as out:
+        _, summary = run_scenario(scenario, str(Path(out) / "run"), progress=False)
+    result = {"images_per_second": summary["steady_samples_per_second"],
+              "seconds_per_round": summary["steady_seconds_per_round"]}
+    if device.type == "cuda":
+        result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return result
+
+
+def method_rates(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
+    rows = []
+    for label, path, own in METHOD_RUNS:
+        overrides = [*common_overrides(device, smoke), "dataset.name=synthetic_cifar10", *own]
+        if "hetero" not in path:
+            overrides.append("model.encoder=resnet18")
+        if smoke:
+            overrides.append("dataset.train_subset=200")
+        try:
+            rows.append({"method": label, "scenario": path, **federation_rate(path, overrides, device)})
+        except Exception as error:  # one broken method must not hide the others' figures
+            rows.append({"method": label, "scenario": path, "error": f"{type(error).__name__}: {error}"})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def plain_simclr_rate(device: torch.device, dataset: str, encoder: str, batch: int, steps: int) -> float:
+    """Images/s of SimCLR in a plain loop: no workspace restore, no upload, no server."""
+    data = load_dataset(dataset)
+    images = to_float(data.train_x).to(device)
+    torch.manual_seed(0)
+    backbone = build_encoder(encoder, images.shape[1], images.shape[2])
+    net = nn.Sequential(backbone, mlp(backbone.out_dim, 512, 128)).to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    augment, generator = BatchAugment(AugmentConfig()), torch.Generator().manual_seed(0)
+
+    def step(i: int) -> None:
+        start = (i * batch) % (len(images) - batch)
+        x = images[start:start + batch]
+        loss = nt_xent(net(augment(x, generator)), net(augment(x, generator)), 0.2)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    for i in range(10):
+        step(i)
+    synchronize(device)
+    began = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    synchronize(device)
+    return steps * batch / (time.perf_counter() - began)
+
+
+def several_clients_rates(device: torch.device, clients: int, batch: int, steps: int) -> dict[str, float]:
+    """K small-CNN clients' SimCLR steps (plain SGD), one after another and all at once with vmap."""
+    from torch.func import functional_call, grad, stack_module_state, vmap
+    torch.manual_seed(0)
+
+    def small_cnn_simclr() -> nn.Module:
+        backbone = build_encoder("small_cnn", 1, 28)
+        return nn.Sequential(backbone, mlp(backbone.out_dim, 512, 128)).to(device)
+
+    models = [small_cnn_simclr() for _ in range(clients)]
+    views = torch.rand(2, clients, batch, 1, 28, 28, device=device)
+    lr = 0.05
+
+    def loop_step() -> None:
+        for k, model in enumerate(models):
+            loss = nt_xent(model(views[0, k]), model(views[1, k]), 0.2)
+            grads = torch.autograd.grad(loss, list(model.parameters()))
+            with torch.no_grad():
+                for p, g in zip(model.parameters(), grads):
+                    p.sub_(lr * g)
+
+    params, buffers = stack_module_state(models)
+    skeleton = copy.deepcopy(models[0]).to("meta")
+
+    def client_loss(p, b, x1, x2):
+        return nt_xent(functional_call(skeleton, (p, b), (x1,)), functional_call(skeleton, (p, b), (x2,)), 0.2)
+
+    stacked_grad = vmap(grad(client_loss))
+
+    def vmap_step() -> None:
+        grads = stacked_grad(params, buffers, views[0], views[1])
+        with torch.no_grad():
+            for name, g in grads.items():
+                params[name].sub_(lr * g)
+
+    rates = {}
+    for name, step in (("loop", loop_step), ("vmap", vmap_step)):
+        for _ in range(2):
+            step()
+        synchronize(device)
+        began = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        rates[f"{name}_images_per_second"] = steps * clients * batch / (time.perf_counter() - began)
+    rates["vmap_over_loop"] = rates["vmap_images_per_second"] / rates["loop_images_per_second"]
+    return {"clients": clients, "batch": batch, **rates}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gpu_benchmark.json")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check on a CPU that it runs")
+    parser.add_argument("--skip-methods", action="store_true")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    steps = 3 if args.smoke else 30
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                              "torch": torch.__version__}
+    quickstart = [*common_overrides(device, args.smoke), "dataset.name=synthetic", "training.batch_size=64"]
+    report["plain"] = [
+        {"work": "simclr resnet18, synthetic_cifar10, batch 128, plain loop",
+         "images_per_second": plain_simclr_rate(device, "synthetic_cifar10", "resnet18", 16 if args.smoke else 128, steps)},
+        {"work": "simclr small_cnn, synthetic (28x28x1), batch 64, plain loop",
+         "images_per_second": plain_simclr_rate(device, "synthetic", "small_cnn", 64, steps)},
+        {"work": "quickstart (fedavg simclr small_cnn) on synthetic, in-process federation, batch 64",
+         **federation_rate("scenarios/quickstart.yaml", quickstart, device)},
+    ]
+    print(report["plain"], flush=True)
+    report["several_clients"] = [several_clients_rates(device, k, 64, steps) for k in ((2,) if args.smoke else (4, 10, 32))]
+    print(report["several_clients"], flush=True)
+    if not args.skip_methods:
+        report["methods"] = method_rates(device, args.smoke)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
