@@ -11,7 +11,8 @@ Three measurements, each printed as a table and written to ``--out`` (JSON):
    once with a ResNet-18 on CIFAR-10-shaped data, once with the quickstart's small CNN on
    Fashion-MNIST-shaped data, beside the quickstart federation in-process on ``synthetic``.
 3. ``several_clients``: K clients' SimCLR steps at once with ``torch.func`` (stacked parameters, a
-   ``vmap`` of the gradient) against the per-client loop, on pre-augmented batches (compute only).
+   ``vmap`` of the gradient) against the per-client loop, on pre-augmented batches (compute only);
+   both run the same steps, and the largest difference of their final weights is reported.
 
 Run: ``python -m analysis.gpu_benchmark --out gpu.json`` (``--smoke`` shrinks every size, for a CPU
 check that the script runs).
@@ -177,7 +178,10 @@ def several_clients_rates(device: torch.device, clients: int, batch: int, steps:
         synchronize(device)
         rates[f"{name}_images_per_second"] = steps * clients * batch / (time.perf_counter() - began)
     rates["vmap_over_loop"] = rates["vmap_images_per_second"] / rates["loop_images_per_second"]
-    return {"clients": clients, "batch": batch, **rates}
+    # the same steps from the same start on the same inputs: the two must end at the same weights
+    looped = stack_module_state(models)[0]
+    difference = max((looped[name] - params[name]).abs().max().item() for name in params)
+    return {"clients": clients, "batch": batch, **rates, "max_weight_difference": difference}
 
 
 def main(argv: list[str] | None = None) -> None:
