@@ -27,6 +27,12 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+# The label-efficient evaluation (1% and 10% labels, 3 draws) takes over a third of a tiny run's
+# time; a test of those metrics through the engine adds it back, with the whole train split (1% of
+# it: 20 labelled images), to the tiny scenario's eval section.
+LABEL_EFFICIENT_EVAL = {"label_fractions": [0.01, 0.1], "label_draws": 3, "train_subset": None}
+
+
 def tiny_scenario(tmp_path):
     """A tiny synthetic FedAvg+SimCLR scenario (raw dict, before defaults) writing under ``tmp_path``,
     fast on 2 cores."""
@@ -38,7 +44,8 @@ def tiny_scenario(tmp_path):
         "model": {"hidden_dim": 64, "projector_dim": 32},
         "method": {"name": "fedavg", "objective": "simclr"},
         "training": {"rounds": 2, "batch_size": 32, "lr": 0.05},
-        "eval": {"every": 1, "probe_iterations": 5, "knn_k": 20},
+        # a 500-image bank and probe set (of 2,000); no label-efficient metrics (see LABEL_EFFICIENT_EVAL)
+        "eval": {"every": 1, "probe_iterations": 5, "knn_k": 20, "train_subset": 500, "label_fractions": []},
         "ray": {"num_workers": 2},
         "output": {"dir": str(tmp_path / "runs")},
     }

@@ -195,8 +195,7 @@ def test_the_shipped_suites_are_well_formed():
 
 # ---- end to end through Ray ------------------------------------------------------------------
 
-def test_claim_runs_once_never_repeats_and_resumes_an_interrupted_run(ray_session, synthetic_raw, tmp_path,
-                                                                      capsys, monkeypatch):
+def test_claim_runs_once_never_repeats_and_resumes_an_interrupted_run(synthetic_raw, tmp_path, capsys, monkeypatch):
     import simulator.run
     calls = []
     real_run = simulator.run.run_scenario
@@ -206,7 +205,7 @@ def test_claim_runs_once_never_repeats_and_resumes_an_interrupted_run(ray_sessio
         return real_run(scenario, out, progress=progress, resume_dir=resume_dir)
 
     monkeypatch.setattr(simulator.run, "run_scenario", recording_run)
-    raw = {**synthetic_raw, "ray": {"num_workers": 1}, "eval": {**synthetic_raw["eval"], "every": 2},
+    raw = {**synthetic_raw, "executor": "in_process", "eval": {**synthetic_raw["eval"], "every": 2},
            "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
     scenario_file = write_yaml(tmp_path / "tiny.yaml", raw)
     suite = write_yaml(tmp_path / "suite.yaml", {

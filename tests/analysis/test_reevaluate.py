@@ -8,7 +8,7 @@ from analysis.report import read_run
 from simulator.cli import main
 from simulator.run import run_scenario
 from simulator.scenario import resolve
-from tests.conftest import tiny_scenario
+from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
 
 METRICS = ("knn_top1", "linear_top1", "knn_projector_top1", "align_unif_score")
 LABEL_EFFICIENT = ("knn_top1_1pct", "linear_top1_1pct", "knn_top1_10pct", "linear_top1_10pct")
@@ -23,7 +23,8 @@ def finished_run(raw, tmp_path, name):
 def tiny_run(ray_session, tmp_path_factory):
     """A finished run of the tiny synthetic scenario (2 rounds, evaluated every round)."""
     tmp_path = tmp_path_factory.mktemp("reevaluate")
-    return finished_run(tiny_scenario(tmp_path), tmp_path, "run")
+    raw = tiny_scenario(tmp_path)
+    return finished_run({**raw, "eval": {**raw["eval"], **LABEL_EFFICIENT_EVAL}}, tmp_path, "run")
 
 
 def listing(run_dir):

@@ -112,7 +112,7 @@ def metrics_without_timing(run_dir):
 
 
 def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, synthetic_raw, tmp_path):
-    raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 6, "local_epochs": 2},
+    raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 4, "local_epochs": 2},
            "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
     _, reference = run_scenario(resolve(raw), str(tmp_path / "reference"), progress=False)
 
@@ -135,8 +135,8 @@ def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, syntheti
     summary = yaml.safe_load((run_dir / "summary.json").read_text())
     assert summary["final"] == reference["final"] and summary["initial"] == reference["initial"]
     assert metrics_without_timing(run_dir) == metrics_without_timing(tmp_path / "reference")
-    final_clean = torch.load(tmp_path / "reference" / "checkpoints" / "round_00006" / "state.pt", weights_only=False)
-    final_resumed = torch.load(run_dir / "checkpoints" / "round_00006" / "state.pt", weights_only=False)
+    final_clean = torch.load(tmp_path / "reference" / "checkpoints" / "round_00004" / "state.pt", weights_only=False)
+    final_resumed = torch.load(run_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)
     for name, value in final_clean["state"]["weights"].items():
         assert torch.equal(value, final_resumed["state"]["weights"][name])
 

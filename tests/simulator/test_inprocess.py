@@ -1,5 +1,6 @@
 """The in-process executor: bitwise the metrics and the final global state of the same scenario on
-Ray, for every method (share passes, stateful clients, worker pools), and no Ray imported."""
+Ray, for every method (share passes, server state; stateful clients in worker pools: test_engine.py's
+tier-pool test), and no Ray imported."""
 import json
 import subprocess
 import sys
@@ -22,13 +23,6 @@ METHODS = {  # (FedAvg + SimCLR, the default, differs from the BYOL + UV case on
     "fedsc": {"method": {"name": "fedsc", "objective": "spectral", "clip_mu": 4.0}},
     "orchestra": {"method": {"name": "orchestra", "num_global_clusters": 8, "num_local_clusters": 4,
                              "memory_size": 64}},
-    "hetero_ssfl_pools": {
-        "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8, "eval_clients_per_tier": 1,
-                   "tiers": [{"fraction": 0.5, "encoder": "small_cnn"}, {"fraction": 0.5, "encoder": "large_cnn"}]},
-        "training": {"batch_size": 16},
-        "eval": {"test_subset": 300},
-        "ray": {"worker_pools": [{"name": "small_cnn", "count": 1, "num_cpus": 1, "num_gpus": 0},
-                                 {"name": "large_cnn", "count": 2, "num_cpus": 1, "num_gpus": 0}]}},
 }
 
 
@@ -79,9 +73,6 @@ def test_in_process_gives_bitwise_the_ray_run(ray_session, synthetic_raw, tmp_pa
     assert ray_state and sorted(local_state) == sorted(ray_state)
     for key, tensor in ray_state.items():
         assert torch.equal(local_state[key], tensor), key
-    if name == "hetero_ssfl_pools":  # stateful clients: the store holds the same client models
-        stored = sorted(p.name for p in (ray_dir / "client_state").rglob("*") if p.is_file())
-        assert stored and stored == sorted(p.name for p in (local_dir / "client_state").rglob("*") if p.is_file())
 
 
 def test_an_in_process_run_never_imports_ray(synthetic_raw, tmp_path):

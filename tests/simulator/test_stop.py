@@ -73,8 +73,8 @@ def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int) -> tu
 @pytest.fixture
 def slow_raw(synthetic_raw):
     """Rounds of a few seconds (so that a signal lands inside round 2), a checkpoint every round."""
-    return {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 5, "local_epochs": 4},
-            "eval": {**synthetic_raw["eval"], "every": 5}, "output": {"checkpoint_every": 1}}
+    return {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 3, "local_epochs": 4},
+            "eval": {**synthetic_raw["eval"], "every": 3}, "output": {"checkpoint_every": 1}}
 
 
 def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrupted_run_does(slow_raw, tmp_path):
@@ -84,7 +84,7 @@ def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrup
     assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith("fedssl: stopped by SIGINT after round ") and last.endswith(
-        f" of 5; resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
+        f" of 3; resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
     assert "Traceback" not in stopped.stderr, stopped.stderr
     assert len(started) >= 3  # GCS, raylet, the actors' workers...
     deadline = time.time() + 60
@@ -96,8 +96,9 @@ def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrup
     resumed = subprocess.run(fedssl("run", "--resume", str(tmp_path / "stopped"), "--quiet"), cwd=REPO,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
-    whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet"), cwd=REPO,
-                           capture_output=True, text=True, timeout=600)
+    # the uninterrupted reference runs in-process: bitwise the Ray run (tests/simulator/test_inprocess.py)
+    whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet",
+                                  "--set", "executor=in_process"), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr
     assert metrics_of(tmp_path / "stopped") == metrics_of(tmp_path / "whole")
 
