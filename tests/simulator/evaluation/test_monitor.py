@@ -1,6 +1,7 @@
 import pytest
 
 from simulator.evaluation.monitor import summarize_evaluations
+from tests.conftest import LABEL_EFFICIENT_EVAL
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # every test: one torch thread (tests/conftest.py)
 
@@ -29,7 +30,7 @@ def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_
     from simulator.evaluation.monitor import evaluate_network, load_eval_data
     from simulator.scenario import resolve
     scenario = resolve({**synthetic_raw, "method": {"name": "fedavg", "objective": "simclr", "labelled_fraction": 0.1},
-                        "eval": {**synthetic_raw["eval"], "train_subset": None}})
+                        "eval": {**synthetic_raw["eval"], **LABEL_EFFICIENT_EVAL}})
     data = load_eval_data(scenario)
     assert len(data.labelled_y) == pytest.approx(0.1 * len(data.train_y), abs=8)  # rounding per client
     network = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))})
