@@ -45,9 +45,9 @@ def sinkhorn_knopp(scores: Tensor, sharpness: float = SHARPNESS, max_iterations:
     n, k = scores.shape
     probs = torch.softmax(sharpness * scores.double(), dim=1)  # [N, K]
     sample_scale = torch.full((n,), 1.0 / n, dtype=torch.float64, device=scores.device)
-    for iteration in range(max_iterations):
-        cluster_scale = (1.0 / k) / (sample_scale @ probs)
-        new_sample_scale = (1.0 / n) / (probs @ cluster_scale)
+    for iteration in range(max_iterations):  # a / x as torch computes it, x.reciprocal() * a, in place
+        cluster_scale = (sample_scale @ probs).reciprocal_().mul_(1.0 / k)
+        new_sample_scale = (probs @ cluster_scale).reciprocal_().mul_(1.0 / n)
         converged = (iteration % check_every == 0
                      and (sample_scale / new_sample_scale - 1).abs().sum().item() < tolerance)
         sample_scale = new_sample_scale

@@ -11,7 +11,7 @@ import torch
 from analysis.report import read_run
 from simulator.run import run_scenario
 from simulator.scenario import resolve
-from tests.conftest import LABEL_EFFICIENT_EVAL
+from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
 
 MACHINE_DEPENDENT = ("time/", "memory/")
 
@@ -33,8 +33,17 @@ def test_metrics_do_not_depend_on_the_number_of_workers(ray_session, synthetic_r
     assert s1["final"] == s3["final"]
 
 
-def test_run_directory_holds_scenario_metrics_summary_checkpoint(ray_session, synthetic_raw, tmp_path):
-    run_dir, summary, metrics = run(synthetic_raw, tmp_path, "run")
+@pytest.fixture(scope="module")
+def tiny_ray_run(ray_session, tmp_path_factory):
+    """One finished Ray run of the tiny scenario (label-efficient metrics on), read by the tests of
+    the run directory, its TensorBoard events and its HParams table."""
+    tmp_path = tmp_path_factory.mktemp("engine-run")
+    raw = tiny_scenario(tmp_path)
+    return run({**raw, "eval": {**raw["eval"], **LABEL_EFFICIENT_EVAL}}, tmp_path, "run")
+
+
+def test_run_directory_holds_scenario_metrics_summary_checkpoint(tiny_ray_run):
+    run_dir, summary, metrics = tiny_ray_run
     on_disk = json.loads((run_dir / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
     for key in ("knn_top1", "linear_top1"):
@@ -57,9 +66,9 @@ def test_run_directory_holds_scenario_metrics_summary_checkpoint(ray_session, sy
     assert not list(run_dir.rglob(".*.tmp-*"))
 
 
-def test_tensorboard_events_read_back(ray_session, synthetic_raw, tmp_path):
+def test_tensorboard_events_read_back(tiny_ray_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    run_dir, _, metrics = run(synthetic_raw, tmp_path, "tb")
+    run_dir, _, metrics = tiny_ray_run
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     tags = events.Tags()["scalars"]
@@ -72,7 +81,7 @@ def test_tensorboard_events_read_back(ray_session, synthetic_raw, tmp_path):
     assert sorted(e.step for e in events.Scalars("eval/knn_top1")) == [0, 1, 2]
 
 
-def test_tensorboard_hparams_and_custom_scalars_read_back(ray_session, synthetic_raw, tmp_path):
+def test_tensorboard_hparams_and_custom_scalars_read_back(tiny_ray_run):
     """The resolved scenario in TensorBoard's HParams table, with the headline metrics, and the
     custom-scalars layout (accuracy, loss, population, communication) whose charts match logged tags."""
     import re
@@ -80,8 +89,7 @@ def test_tensorboard_hparams_and_custom_scalars_read_back(ray_session, synthetic
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.custom_scalar import layout_pb2
     from tensorboard.plugins.hparams import plugin_data_pb2
-    raw = {**synthetic_raw, "eval": {**synthetic_raw["eval"], **LABEL_EFFICIENT_EVAL}}
-    run_dir, _, _ = run(raw, tmp_path, "tb-hparams")
+    run_dir, _, _ = tiny_ray_run
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     hparams = {tag: plugin_data_pb2.HParamsPluginData.FromString(content)

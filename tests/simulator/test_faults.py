@@ -114,7 +114,9 @@ def metrics_without_timing(run_dir):
 def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, synthetic_raw, tmp_path):
     raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 4, "local_epochs": 2},
            "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
-    _, reference = run_scenario(resolve(raw), str(tmp_path / "reference"), progress=False)
+    # the uninterrupted reference in-process: bitwise the Ray run (tests/simulator/test_inprocess.py)
+    _, reference = run_scenario(resolve({**raw, "executor": "in_process"}), str(tmp_path / "reference"),
+                                progress=False)
 
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(yaml.safe_dump(raw))
@@ -145,6 +147,7 @@ def test_stateful_clients_resume_from_the_checkpointed_store(ray_session, synthe
     """A run killed after round 4 (its store already at round 4, no summary) resumes from the round-2
     checkpoint and ends as the uninterrupted run: the store is reset to the checkpoint's snapshot."""
     raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
+           "executor": "in_process",  # the store's reset is the driver's; Ray's side: the killed-worker tests
            "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8},
            "training": {**synthetic_raw["training"], "rounds": 4}, "eval": {"every": 4, "test_subset": 300},
            "output": {**synthetic_raw["output"], "checkpoint_every": 2}}

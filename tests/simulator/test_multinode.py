@@ -20,8 +20,8 @@ def metrics(run_dir):
 
 def test_three_node_cluster_with_a_lost_node_equals_single_node(ray_session, synthetic_raw, tmp_path):
     raw = {**synthetic_raw,
-           "training": {**synthetic_raw["training"], "rounds": 6, "local_epochs": 3},
-           "eval": {**synthetic_raw["eval"], "every": 3},
+           "training": {**synthetic_raw["training"], "rounds": 4, "local_epochs": 2},
+           "eval": {**synthetic_raw["eval"], "every": 2},
            "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
     _, single = run_scenario(resolve(raw), str(tmp_path / "single"), progress=False)
 
