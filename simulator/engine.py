@@ -1,5 +1,6 @@
-"""The Ray engine: worker actors simulate clients, a parameter-server actor runs the method's
-aggregation, an evaluator actor measures the encoder while training goes on.
+"""The Ray engine: worker actors simulate clients, the parameter server runs the method's
+aggregation (in the driver, or in an actor of its own with ``ray.server: actor``), an evaluator
+actor measures the encoder while training goes on.
 
 Per round: the server builds the broadcast once into the object store (plus per-share extras),
 each worker simulates its share of the cohort in its preallocated workspace and returns one summed
@@ -25,7 +26,7 @@ from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
 from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, add_phase_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
-from simulator.resources import memory_mb
+from simulator.resources import memory_mb, threads
 
 
 def start_ray(address: str | None) -> None:
@@ -46,13 +47,11 @@ def start_ray(address: str | None) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-@ray.remote
-class WorkerActor:
+class Worker:
     """Simulates clients one after another in one preallocated workspace; holds no client state."""
 
     def __init__(self, scenario: dict, pool: dict):
         self.scenario, self.pool = scenario, pool
-        torch.set_num_threads(max(1, int(pool["num_cpus"])))
 
     def setup(self, spec: DataSpec, partition_dir: str, store: "ray.actor.ActorHandle | None") -> None:
         if not os.path.exists(os.path.join(partition_dir, "meta.json")):
@@ -79,6 +78,15 @@ class WorkerActor:
         result.rss_mb = memory_mb()["rss_mb"]
         return len(client_ids), result
 
+
+@ray.remote
+class WorkerActor(Worker):
+    """A worker in a process of its own, with the pool's CPUs (and GPU share)."""
+
+    def __init__(self, scenario: dict, pool: dict):
+        super().__init__(scenario, pool)
+        torch.set_num_threads(max(1, int(pool["num_cpus"])))
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -87,6 +95,29 @@ class WorkerActor:
 
     def memory(self) -> dict[str, float]:
         return memory_mb()
+
+
+class WorkerInDriver:
+    """A worker slot simulated by the driver itself (``ray.driver_simulates``, the default): the
+    driver would otherwise sit idle through the round, so the run needs one process fewer. Its
+    share runs after the actors' shares are submitted, with the pool's thread count, on copies of
+    the broadcast and extras read back from the object store, as an actor's would be; exact sums
+    and per-client randomness make its results those of an actor."""
+
+    def __init__(self, scenario: dict, pool: dict):
+        self.worker = Worker(scenario, pool)
+
+    def setup(self, spec: DataSpec, partition_dir: str, store: "ray.actor.ActorHandle | None") -> None:
+        self.worker.setup(spec, partition_dir, store)
+
+    def run(self, broadcast: ray.ObjectRef, extras: ray.ObjectRef, client_ids: list[int], ctx: RoundContext
+            ) -> WorkerResult:
+        broadcast, extras = ray.get([broadcast, extras])
+        try:
+            with threads(self.worker.pool["num_cpus"]):
+                return self.worker.run(broadcast, extras, client_ids, ctx)[1]
+        except FloatingPointError as err:
+            raise WorkerFailure(str(err)) from None
 
 
 class ParameterServer:
@@ -145,6 +176,103 @@ EvaluatorActor = ray.remote(Evaluator)
 StoreActor = ray.remote(ClientStateStore)
 
 
+class ServerInDriver:
+    """The parameter server in the driver's process (``ray.server: driver``, the default): one torch
+    process fewer and one actor fewer to start. It runs single-threaded, as the actor does (Ray gives
+    an actor without CPUs one thread), so both hosts give bitwise the same results. It dies only with
+    the driver, so there is nothing to heal (a killed driver's run resumes from its checkpoint)."""
+
+    def __init__(self, scenario: dict):
+        self.host = ParameterServer(scenario)
+
+    def setup(self, spec: DataSpec, store: "ray.actor.ActorHandle | None") -> None:
+        self.host.setup(spec, store)
+
+    def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[ray.ObjectRef, dict, list[ray.ObjectRef]]:
+        """(the broadcast, put once into the object store, the bytes sent down, each share's extras)."""
+        with threads(1):
+            broadcast, extras, bytes_down = self.host.server.payload(ctx, shares)
+        return ray.put(broadcast), bytes_down, [ray.put(share_extras) for share_extras in extras]
+
+    def aggregate(self, ctx: RoundContext, bytes_down: dict, results: list[ray.ObjectRef | WorkerResult]
+                  ) -> dict[str, float]:
+        """``results``: each share's sums, in the object store or (the driver's own share) here."""
+        uploads = [result if isinstance(result, WorkerResult) else ray.get(result) for result in results]
+        with threads(1):
+            return self.host.aggregate(ctx, bytes_down, *uploads)
+
+    def eval_networks(self) -> ray.ObjectRef:
+        """A snapshot of the networks to evaluate, in the object store (the evaluator reads it there)."""
+        with threads(1):
+            return ray.put(self.host.eval_networks())
+
+    def state(self) -> dict:
+        return self.host.state()
+
+    def restore(self, state: dict) -> None:
+        self.host.restore(state)
+
+    @staticmethod
+    def alive() -> bool:
+        return True
+
+    @staticmethod
+    def peak_mb() -> float:
+        """Counted in the driver's own figure."""
+        return 0.0
+
+    def kill(self) -> None:
+        pass
+
+
+class ServerInActor:
+    """The parameter server in an actor on the driver's node (``ray.server: actor``): a server process
+    that dies (killed, out of memory) is replaced and the run goes on from the latest checkpoint."""
+
+    def __init__(self, scenario: dict, on_driver_node: NodeAffinitySchedulingStrategy):
+        self.actor = ServerActor.options(num_cpus=0, scheduling_strategy=on_driver_node).remote(scenario)
+
+    def setup(self, spec: DataSpec, store: "ray.actor.ActorHandle | None") -> None:
+        self.actor.setup.remote(spec, store)
+
+    def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[ray.ObjectRef, ray.ObjectRef, list[ray.ObjectRef]]:
+        broadcast, bytes_down, *extras = self.actor.payload.options(num_returns=len(shares) + 2).remote(ctx, shares)
+        return broadcast, bytes_down, extras
+
+    def aggregate(self, ctx: RoundContext, bytes_down: ray.ObjectRef, results: list[ray.ObjectRef | WorkerResult]
+                  ) -> dict[str, float]:
+        try:
+            return ray.get(self.actor.aggregate.remote(ctx, bytes_down, *results))
+        except ray.exceptions.RayActorError:
+            raise ServerLost(f"round {ctx.round}: the parameter server died") from None
+
+    def eval_networks(self) -> ray.ObjectRef:
+        """The networks as they are when the call reaches the server (calls run in order)."""
+        return self.actor.eval_networks.remote()
+
+    def state(self) -> dict:
+        try:
+            return ray.get(self.actor.state.remote())
+        except ray.exceptions.RayActorError:
+            raise ServerLost("the parameter server died") from None
+
+    def restore(self, state: dict) -> None:
+        ray.get(self.actor.restore.remote(state))
+
+    def alive(self) -> bool:
+        try:
+            ray.get(self.actor.memory.remote())
+            return True
+        except ray.exceptions.RayActorError:
+            return False
+
+    def peak_mb(self) -> float:
+        return ray.get(self.actor.memory.remote())["peak_mb"]
+
+    def kill(self) -> None:
+        ray.kill(self.actor)
+
+
 class RayFederation:
     """Actors of one run and the round protocol between them.
 
@@ -162,26 +290,38 @@ class RayFederation:
         self.evaluator = None  # created at the first evaluation, so it does not slow the start
         self.pools = worker_pools(scenario)
         self.worker_pool = [name for name, pool in self.pools.items() for _ in range(pool["count"])]
-        self.workers = [self.new_worker(name) for name in self.worker_pool]
+        driver_slot = self.driver_slot()
+        self.slots = [WorkerInDriver(scenario, self.pools[name]) if i == driver_slot else self.new_worker(name)
+                      for i, name in enumerate(self.worker_pool)]
         self.store = None
         self.worker_restarts = self.server_restarts = self.evaluator_restarts = 0
 
-    def new_server(self) -> "ray.actor.ActorHandle":
-        return ServerActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
+    def driver_slot(self) -> int | None:
+        """The worker slot the driver simulates (``ray.driver_simulates``): the last of the first pool
+        whose workers take no GPU (the driver holds none), or None."""
+        if not self.scenario["ray"]["driver_simulates"]:
+            return None
+        for name, pool in self.pools.items():
+            if pool["num_gpus"] == 0:
+                return max(i for i, p in enumerate(self.worker_pool) if p == name)
+        return None
+
+    @property
+    def workers(self) -> list["ray.actor.ActorHandle"]:
+        """The worker actors (every slot but the driver's)."""
+        return [slot for slot in self.slots if not isinstance(slot, WorkerInDriver)]
+
+    def new_server(self) -> ServerInDriver | ServerInActor:
+        if self.scenario["ray"]["server"] == "actor":
+            return ServerInActor(self.scenario, self.on_driver_node)
+        return ServerInDriver(self.scenario)
 
     def replace_server(self) -> None:
         """A new parameter server in its initial state (the run loop restores a checkpoint into it)."""
-        ray.kill(self.server)
+        self.server.kill()
         self.server = self.new_server()
-        self.server.setup.remote(self.spec, self.store)
+        self.server.setup(self.spec, self.store)
         self.server_restarts += 1
-
-    def alive(self, actor: "ray.actor.ActorHandle") -> bool:
-        try:
-            ray.get(actor.memory.remote())
-            return True
-        except ray.exceptions.RayActorError:
-            return False
 
     def new_worker(self, pool: str) -> "ray.actor.ActorHandle":
         resources = self.pools[pool]
@@ -194,14 +334,17 @@ class RayFederation:
         self.method = build_method(self.scenario, spec)  # the driver's copy: routing and phases
         if client_state_dir is not None:
             self.store = StoreActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(client_state_dir)
-        self.server.setup.remote(spec, self.store)
-        for worker in self.workers:
-            worker.setup.remote(spec, partition_dir, self.store)
+        self.server.setup(spec, self.store)
+        for slot in self.slots:
+            if isinstance(slot, WorkerInDriver):
+                slot.setup(spec, partition_dir, self.store)
+            else:
+                slot.setup.remote(spec, partition_dir, self.store)
 
     def replace_worker(self, index: int) -> None:
         """A dead worker's replacement (on any node with room); its share is simulated again."""
-        self.workers[index] = self.new_worker(self.worker_pool[index])
-        self.workers[index].setup.remote(self.spec, self.partition_dir, self.store)
+        self.slots[index] = self.new_worker(self.worker_pool[index])
+        self.slots[index].setup.remote(self.spec, self.partition_dir, self.store)
         self.worker_restarts += 1
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
@@ -226,16 +369,18 @@ class RayFederation:
             return {"clients/completed": 0.0}
         shares = [share for _, _, share in routes]
         worker_of = [in_pool[pool][slot] for pool, slot, _ in routes]
-        broadcast, bytes_down, *extras = self.server.payload.options(num_returns=len(shares) + 2).remote(ctx, shares)
-        submit = lambda i: self.workers[worker_of[i]].run.remote(broadcast, extras[i], shares[i], ctx)
-        submitted = [submit(i) for i in range(len(shares))]
+        broadcast, bytes_down, extras = self.server.payload(ctx, shares)
+        submit = lambda i: self.slots[worker_of[i]].run.remote(broadcast, extras[i], shares[i], ctx)
+        submitted = {i: submit(i) for i in range(len(shares)) if not isinstance(self.slots[worker_of[i]], WorkerInDriver)}
+        in_driver = {i: self.slots[worker_of[i]].run(broadcast, extras[i], shares[i], ctx)  # while the actors work
+                     for i in range(len(shares)) if i not in submitted}
         for attempt in range(self.MAX_WORKER_RESTARTS_PER_ROUND + 1):
             failed = []
-            for i, (status, _) in enumerate(submitted):
+            for i, (status, _) in submitted.items():
                 try:
                     ray.get(status)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
-                    if not self.alive(self.server):  # the share's broadcast came from the lost server
+                    if not self.server.alive():  # the share's broadcast came from the lost server
                         raise ServerLost(f"round {ctx.round}: the parameter server died") from None
                     if isinstance(err, ray.exceptions.RayActorError):
                         failed.append(i)
@@ -252,16 +397,15 @@ class RayFederation:
                 submitted[i] = submit(i)
         if self.store is not None:
             ray.get(self.store.commit.remote())
-        try:
-            return ray.get(self.server.aggregate.remote(ctx, bytes_down, *[result for _, result in submitted]))
-        except ray.exceptions.RayActorError:
-            raise ServerLost(f"round {ctx.round}: the parameter server died") from None
+        return self.server.aggregate(ctx, bytes_down, [in_driver[i] if i in in_driver else submitted[i][1]
+                                                       for i in range(len(shares))])
 
     def peak_memory_mb(self) -> dict[str, float]:
-        """Peak resident memory of the driver, the server, the evaluator and all workers together."""
+        """Peak resident memory of the driver (with the server and the worker slot it hosts), the server
+        and evaluator actors and all worker actors."""
         workers = ray.get([worker.memory.remote() for worker in self.workers])
         evaluator = ray.get(self.evaluator.memory.remote())["peak_mb"] if self.evaluator else 0.0
-        return {"driver": memory_mb()["peak_mb"], "server": ray.get(self.server.memory.remote())["peak_mb"],
+        return {"driver": memory_mb()["peak_mb"], "server": self.server.peak_mb(),
                 "evaluator": evaluator, "workers": sum(w["peak_mb"] for w in workers)}
 
     def worker_nodes(self) -> int:
@@ -269,8 +413,8 @@ class RayFederation:
         return len(set(ray.get([worker.node_id.remote() for worker in self.workers])))
 
     def networks_now(self) -> ray.ObjectRef:
-        """The networks to evaluate, as they are now (calls on the server run in order)."""
-        return self.server.eval_networks.remote()
+        """The networks to evaluate, as they are now."""
+        return self.server.eval_networks()
 
     def new_evaluator(self) -> "ray.actor.ActorHandle":
         return EvaluatorActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
@@ -284,13 +428,10 @@ class RayFederation:
         return networks, self.evaluator.evaluate.remote(networks)
 
     def state(self) -> dict:
-        try:
-            return ray.get(self.server.state.remote())
-        except ray.exceptions.RayActorError:
-            raise ServerLost("the parameter server died") from None
+        return self.server.state()
 
     def restore(self, state: dict) -> None:
-        ray.get(self.server.restore.remote(state))
+        self.server.restore(state)
 
     @staticmethod
     def ready(evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> bool:
@@ -317,6 +458,7 @@ class RayFederation:
                 result = self.evaluator.evaluate.remote(networks)
 
     def shutdown(self) -> None:
-        for actor in [self.server, self.evaluator, *self.workers, getattr(self, "store", None)]:
+        self.server.kill()
+        for actor in [self.evaluator, *self.workers, getattr(self, "store", None)]:
             if actor is not None:
                 ray.kill(actor)

@@ -23,21 +23,7 @@ from simulator.data.store import PartitionReader
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data
 from simulator.federation import (Server, WorkerFailure, add_phase_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
-from simulator.resources import memory_mb
-
-
-class threads:
-    """``torch``'s intra-op thread count set to ``count`` inside the block (restored after)."""
-
-    def __init__(self, count: int):
-        self.count = max(1, int(count))
-
-    def __enter__(self):
-        self.saved = torch.get_num_threads()
-        torch.set_num_threads(self.count)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.saved)
+from simulator.resources import memory_mb, threads
 
 
 class InProcessFederation:

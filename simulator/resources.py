@@ -1,5 +1,8 @@
-"""Memory of the current process (Linux ``/proc``), reported by the driver and every actor."""
+"""Memory of the current process (Linux ``/proc``), reported by the driver and every actor, and the
+thread count torch uses inside a block."""
 from __future__ import annotations
+
+import torch
 
 
 def memory_mb() -> dict[str, float]:
@@ -27,3 +30,17 @@ def process_start_time() -> float | None:
         return None
     import os
     return boot + start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+class threads:
+    """``torch``'s intra-op thread count set to ``count`` inside the block (restored after)."""
+
+    def __init__(self, count: int):
+        self.count = max(1, int(count))
+
+    def __enter__(self):
+        self.saved = torch.get_num_threads()
+        torch.set_num_threads(self.count)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.saved)

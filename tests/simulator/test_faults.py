@@ -93,7 +93,9 @@ def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_st
 
 def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(ray_session, synthetic_raw, tmp_path,
                                                                               monkeypatch):
-    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2}, "ray": {"num_workers": 1},
+    # one worker, an actor (the driver's slot cannot be killed alone)
+    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
+           "ray": {"num_workers": 1, "driver_simulates": False},
            "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8}, "eval": {"test_subset": 300}}
     scenario = resolve(raw)
     clean, clean_server, no_restarts = hetero_states_after_3_rounds(scenario, tmp_path / "clean", monkeypatch)
@@ -198,8 +200,11 @@ def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(
 # ---- the parameter server and the evaluator heal ---------------------------------------------
 
 def healing_raw(synthetic_raw):
+    """4 rounds, evaluated and checkpointed every 2, the parameter server in an actor of its own (the
+    host that can die alone and be replaced)."""
     return {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 4},
-            "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
+            "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2},
+            "ray": {**synthetic_raw["ray"], "server": "actor"}}
 
 
 @pytest.fixture(scope="module")
