@@ -1,6 +1,7 @@
 """The Ray engine: worker actors simulate clients, the parameter server runs the method's
 aggregation (in the driver, or in an actor of its own with ``ray.server: actor``), an evaluator
-actor measures the encoder while training goes on.
+(a thread of the driver, or an actor with ``ray.evaluator: actor``) measures the encoder while
+training goes on.
 
 Per round: the server builds the broadcast once into the object store (plus per-share extras),
 each worker simulates its share of the cohort in its preallocated workspace and returns one summed
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import threading
+from concurrent.futures import Future
 from dataclasses import replace
 
 import ray
@@ -273,6 +276,102 @@ class ServerInActor:
         ray.kill(self.actor)
 
 
+class EvaluatorInDriver:
+    """Evaluations in a thread of the driver (``ray.evaluator: driver``, the default), one after
+    another, while the rounds go on: no process of its own (a torch process holds ~580 MiB before
+    any data). The thread runs torch single-threaded (with OpenMP the thread count is per thread,
+    so the driver's own worker slot keeps its own), as the actor does: bitwise the same metrics.
+    It is a daemon thread: a stopped run does not wait for an evaluation in flight."""
+
+    restarts = 0  # it dies only with the driver
+
+    def __init__(self, scenario: dict):
+        self.scenario, self.data = scenario, None
+        self.queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self.serve, name="fedssl-evaluator", daemon=True).start()
+
+    def serve(self) -> None:
+        torch.set_num_threads(1)
+        while True:
+            networks, future = self.queue.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    if self.data is None:
+                        self.data = load_eval_data(self.scenario)
+                    future.set_result(evaluate_networks(ray.get(networks), self.data, self.scenario))
+                except BaseException as err:  # handed to the caller of result()
+                    future.set_exception(err)
+
+    def submit(self, networks: ray.ObjectRef) -> Future:
+        future: Future = Future()
+        self.queue.put((networks, future))
+        return future
+
+    @staticmethod
+    def ready(evaluation: Future) -> bool:
+        return evaluation.done()
+
+    @staticmethod
+    def result(evaluation: Future) -> dict[str, dict[str, float]]:
+        return evaluation.result()
+
+    @staticmethod
+    def peak_mb() -> float:
+        """Counted in the driver's own figure."""
+        return 0.0
+
+    def kill(self) -> None:
+        while not self.queue.empty():
+            self.queue.get_nowait()[1].cancel()
+
+
+class EvaluatorInActor:
+    """Evaluations in an actor on the driver's node (``ray.evaluator: actor``): a process of its
+    own, replaced if it dies (the evaluation is submitted again)."""
+
+    MAX_RESTARTS_PER_EVALUATION = 3
+
+    def __init__(self, scenario: dict, on_driver_node: NodeAffinitySchedulingStrategy):
+        self.scenario, self.on_driver_node = scenario, on_driver_node
+        self.actor = self.new_actor()
+        self.restarts = 0
+
+    def new_actor(self) -> "ray.actor.ActorHandle":
+        return EvaluatorActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
+
+    def submit(self, networks: ray.ObjectRef) -> tuple[ray.ObjectRef, ray.ObjectRef]:
+        return networks, self.actor.evaluate.remote(networks)
+
+    @staticmethod
+    def ready(evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> bool:
+        return bool(ray.wait([evaluation[1]], timeout=0)[0])
+
+    def result(self, evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> dict[str, dict[str, float]]:
+        """The result (waits for it). A dead evaluator is replaced and the evaluation submitted
+        again; networks lost with a dead parameter server raise ServerLost."""
+        networks, result = evaluation
+        for attempt in range(self.MAX_RESTARTS_PER_EVALUATION + 1):
+            try:
+                return ray.get(result)
+            except ray.exceptions.RayActorError:
+                try:
+                    ray.get(networks)
+                except ray.exceptions.RayActorError:
+                    raise ServerLost("the parameter server died before handing out networks to evaluate") from None
+                if attempt == self.MAX_RESTARTS_PER_EVALUATION:
+                    raise
+                ray.kill(self.actor)
+                self.actor = self.new_actor()
+                self.restarts += 1
+                result = self.actor.evaluate.remote(networks)
+
+    def peak_mb(self) -> float:
+        return ray.get(self.actor.memory.remote())["peak_mb"]
+
+    def kill(self) -> None:
+        ray.kill(self.actor)
+
+
 class RayFederation:
     """Actors of one run and the round protocol between them.
 
@@ -294,7 +393,7 @@ class RayFederation:
         self.slots = [WorkerInDriver(scenario, self.pools[name]) if i == driver_slot else self.new_worker(name)
                       for i, name in enumerate(self.worker_pool)]
         self.store = None
-        self.worker_restarts = self.server_restarts = self.evaluator_restarts = 0
+        self.worker_restarts = self.server_restarts = 0
 
     def driver_slot(self) -> int | None:
         """The worker slot the driver simulates (``ray.driver_simulates``): the last of the first pool
@@ -404,7 +503,7 @@ class RayFederation:
         """Peak resident memory of the driver (with the server and the worker slot it hosts), the server
         and evaluator actors and all worker actors."""
         workers = ray.get([worker.memory.remote() for worker in self.workers])
-        evaluator = ray.get(self.evaluator.memory.remote())["peak_mb"] if self.evaluator else 0.0
+        evaluator = self.evaluator.peak_mb() if self.evaluator else 0.0
         return {"driver": memory_mb()["peak_mb"], "server": self.server.peak_mb(),
                 "evaluator": evaluator, "workers": sum(w["peak_mb"] for w in workers)}
 
@@ -416,16 +515,21 @@ class RayFederation:
         """The networks to evaluate, as they are now."""
         return self.server.eval_networks()
 
-    def new_evaluator(self) -> "ray.actor.ActorHandle":
-        return EvaluatorActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
+    @property
+    def evaluator_restarts(self) -> int:
+        return self.evaluator.restarts if self.evaluator else 0
 
-    def submit_eval(self, networks: ray.ObjectRef | None = None) -> tuple[ray.ObjectRef, ray.ObjectRef]:
+    def new_evaluator(self) -> EvaluatorInDriver | EvaluatorInActor:
+        if self.scenario["ray"]["evaluator"] == "actor":
+            return EvaluatorInActor(self.scenario, self.on_driver_node)
+        return EvaluatorInDriver(self.scenario)
+
+    def submit_eval(self, networks: ray.ObjectRef | None = None):
         """Evaluate ``networks`` (default: the current ones) in the background; returns a handle
-        (the networks, the result) for :meth:`ready` and :meth:`result`."""
+        for :meth:`ready` and :meth:`result`."""
         if self.evaluator is None:
             self.evaluator = self.new_evaluator()  # created at the first evaluation, not to slow the start
-        networks = networks if networks is not None else self.networks_now()
-        return networks, self.evaluator.evaluate.remote(networks)
+        return self.evaluator.submit(networks if networks is not None else self.networks_now())
 
     def state(self) -> dict:
         return self.server.state()
@@ -433,32 +537,18 @@ class RayFederation:
     def restore(self, state: dict) -> None:
         self.server.restore(state)
 
-    @staticmethod
-    def ready(evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> bool:
+    def ready(self, evaluation) -> bool:
         """Whether a submitted evaluation has finished."""
-        return bool(ray.wait([evaluation[1]], timeout=0)[0])
+        return self.evaluator.ready(evaluation)
 
-    def result(self, evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> dict[str, dict[str, float]]:
-        """A submitted evaluation's result (waits for it). A dead evaluator is replaced and the
-        evaluation submitted again; networks lost with a dead parameter server raise ServerLost."""
-        networks, result = evaluation
-        for attempt in range(self.MAX_WORKER_RESTARTS_PER_ROUND + 1):
-            try:
-                return ray.get(result)
-            except ray.exceptions.RayActorError:
-                try:
-                    ray.get(networks)
-                except ray.exceptions.RayActorError:
-                    raise ServerLost("the parameter server died before handing out networks to evaluate") from None
-                if attempt == self.MAX_WORKER_RESTARTS_PER_ROUND:
-                    raise
-                ray.kill(self.evaluator)
-                self.evaluator = self.new_evaluator()
-                self.evaluator_restarts += 1
-                result = self.evaluator.evaluate.remote(networks)
+    def result(self, evaluation) -> dict[str, dict[str, float]]:
+        """A submitted evaluation's result (waits for it)."""
+        return self.evaluator.result(evaluation)
 
     def shutdown(self) -> None:
         self.server.kill()
-        for actor in [self.evaluator, *self.workers, getattr(self, "store", None)]:
+        if self.evaluator is not None:
+            self.evaluator.kill()
+        for actor in [*self.workers, getattr(self, "store", None)]:
             if actor is not None:
                 ray.kill(actor)

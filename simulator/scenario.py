@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
              "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False},
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0},
             "worker_pools": [], "server": "driver",
-            "driver_simulates": True},
+            "driver_simulates": True, "evaluator": "driver"},
     "output": {"dir": "runs", "checkpoint_every": 10},
 }
 
@@ -90,7 +90,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "method.name": tuple(METHODS), "method.objective": tuple(OBJECTIVES),
         "method.server_optimizer": ("avg", "adam"), "training.lr_schedule": ("constant", "cosine"),
         "executor": ("ray", "in_process"),
-        "ray.server": ("driver", "actor"),
+        "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
     }
 
 

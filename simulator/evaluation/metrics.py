@@ -14,7 +14,7 @@ from simulator.context import derive_seed
 
 
 @torch.no_grad()
-def extract_features(encoder: nn.Module, inputs: Tensor, batch_size: int = 1024) -> Tensor:
+def extract_features(encoder: nn.Module, inputs: Tensor, batch_size: int = 256) -> Tensor:
     """Encode uint8 images (or float features, e.g. for a projector head) with ``encoder`` in eval mode.
 
     Each batch of uint8 images is converted with ``x.float() / 255`` (encoders take [0, 1] input);
@@ -53,7 +53,7 @@ def knn_top1(
     num_classes: int,
     k: int = 200,
     temperature: float = 0.1,
-    chunk: int = 1024,
+    chunk: int = 256,
 ) -> float:
     """Top-1 accuracy of the weighted kNN classifier used as a representation monitor.
 

@@ -27,12 +27,13 @@ def run(raw, tmp_path, name, **overrides):
 
 def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run(ray_session, synthetic_raw,
                                                                                   tmp_path):
-    # one worker slot, the driver's, and the server in the driver: no server or worker actor
+    # one worker slot, the driver's, the server and the evaluator in the driver: no actor at all
     _, s1, m1 = run(synthetic_raw, tmp_path, "w1", num_workers=1)
-    # three worker actors (4 clients a round: shares of 2, 1, 1) and a server actor
-    _, s3, m3 = run(synthetic_raw, tmp_path, "w3", num_workers=3, server="actor", driver_simulates=False)
-    assert s1["peak_memory_mb"]["server"] == 0 and s1["peak_memory_mb"]["workers"] == 0
-    assert s3["peak_memory_mb"]["server"] > 0 and s3["peak_memory_mb"]["workers"] > 0
+    # three worker actors (4 clients a round: shares of 2, 1, 1), a server actor and an evaluator actor
+    _, s3, m3 = run(synthetic_raw, tmp_path, "w3", num_workers=3, server="actor", driver_simulates=False,
+                    evaluator="actor")
+    assert not any(s1["peak_memory_mb"][host] for host in ("server", "workers", "evaluator"))
+    assert all(s3["peak_memory_mb"][host] > 0 for host in ("server", "workers", "evaluator"))
     assert m1 == m3
     assert (2, "train/loss") in m1 and (2, "eval/knn_top1") in m1
     assert s1["final"] == s3["final"]

@@ -200,11 +200,11 @@ def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(
 # ---- the parameter server and the evaluator heal ---------------------------------------------
 
 def healing_raw(synthetic_raw):
-    """4 rounds, evaluated and checkpointed every 2, the parameter server in an actor of its own (the
-    host that can die alone and be replaced)."""
+    """4 rounds, evaluated and checkpointed every 2, the parameter server and the evaluator in actors
+    of their own (the hosts that can die alone and be replaced)."""
     return {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 4},
             "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2},
-            "ray": {**synthetic_raw["ray"], "server": "actor"}}
+            "ray": {**synthetic_raw["ray"], "server": "actor", "evaluator": "actor"}}
 
 
 @pytest.fixture(scope="module")
