@@ -36,12 +36,13 @@ class Objective:
         self.config = config
         self.hidden_dim = model_config["hidden_dim"]
         self.projector_dim = model_config["projector_dim"]
+        self.hidden_norm = model_config["head_norm"] == "batch"
         self.num_classes = num_classes
 
     def build(self, encoder: nn.Module) -> nn.ModuleDict:
         return nn.ModuleDict({
             "encoder": encoder,
-            "projector": mlp(encoder.out_dim, self.hidden_dim, self.projector_dim),
+            "projector": mlp(encoder.out_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.hidden_norm),
         })
 
     def embed(self, online: nn.ModuleDict, target: nn.ModuleDict | None, views: list[Tensor]) -> Embedding:
@@ -90,7 +91,7 @@ class Spectral(Objective):
 class _WithPredictor(Objective):
     def build(self, encoder):
         networks = super().build(encoder)
-        networks["predictor"] = mlp(self.projector_dim, self.hidden_dim, self.projector_dim)
+        networks["predictor"] = mlp(self.projector_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.hidden_norm)
         return networks
 
     def embed(self, online, target, views):

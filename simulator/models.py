@@ -106,13 +106,15 @@ def build_encoder(name: str, in_channels: int, image_size: int, norm: str = "gro
     raise ValueError(f"unknown encoder {name!r}; expected one of {ENCODERS}")
 
 
-def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2) -> nn.Sequential:
-    """``num_layers`` Linear layers with ReLU between them and no normalisation (1 = a single Linear)."""
+def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, hidden_norm: bool = False) -> nn.Sequential:
+    """``num_layers`` Linear layers with ReLU between them (1 = a single Linear); ``hidden_norm``: a
+    BatchNorm1d before each ReLU, as BYOL's projector and predictor (Grill et al. 2020, section 3.3)."""
     if num_layers < 1:
         raise ValueError(f"num_layers must be at least 1, got {num_layers}")
     layers = []
     for _ in range(num_layers - 1):
-        layers += [nn.Linear(in_dim, hidden_dim), nn.ReLU(inplace=True)]
+        norm = [nn.BatchNorm1d(hidden_dim)] if hidden_norm else []
+        layers += [nn.Linear(in_dim, hidden_dim), *norm, nn.ReLU(inplace=True)]
         in_dim = hidden_dim
     layers.append(nn.Linear(in_dim, out_dim))
     return nn.Sequential(*layers)

@@ -26,7 +26,8 @@ DEFAULTS: dict[str, Any] = {
                    "diurnal_period": 24.0, "availability_trace": None,
                    "speed_tiers": [{"fraction": 1.0, "samples_per_second": 100.0}],
                    "deadline_seconds": None, "over_selection": 0.0},
-    "model": {"encoder": "small_cnn", "norm": "group", "projector_dim": 128, "hidden_dim": 512},
+    "model": {"encoder": "small_cnn", "norm": "group", "projector_dim": 128, "hidden_dim": 512,
+              "head_norm": "none"},
     "method": {"name": "fedavg"},
     "training": {"rounds": 50, "local_epochs": 1, "batch_size": 32, "lr": 0.05,
                  "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4,
@@ -90,6 +91,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "method.name": tuple(METHODS), "method.objective": tuple(OBJECTIVES),
         "method.server_optimizer": ("avg", "adam"), "training.lr_schedule": ("constant", "cosine"),
         "executor": ("ray", "in_process"),
+        "model.head_norm": ("none", "batch"),
         "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
     }
 

@@ -273,3 +273,27 @@ def test_byol_target_is_an_ema_of_the_online_networks_inside_the_method(syntheti
         online = new["online." + k[len("target."):]]
         assert not torch.allclose(online, weights[k], atol=1e-5)
         assert torch.allclose(new[k], 0.9 * weights[k] + 0.1 * online, atol=1e-6), k
+
+
+@pytest.mark.parametrize("head_norm", ["none", "batch"])
+def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_raw, head_norm):
+    # BYOL's projector and predictor (Grill et al. 2020, section 3.3): Linear -> BatchNorm1d -> ReLU ->
+    # Linear; the hidden layer standardised over the batch with the batch's own statistics
+    synthetic_raw["model"] = {**synthetic_raw.get("model", {}), "head_norm": head_norm}
+    method, workspace, _ = setup(synthetic_raw, objective="byol")
+    online = workspace.online
+    h = online["encoder"](VIEWS[0])
+    for head, x in (("projector", h), ("predictor", online["projector"](h))):
+        layers = list(online[head])
+        first, last = layers[0], layers[-1]
+        pre = x @ first.weight.T + first.bias
+        if head_norm == "batch":
+            assert [type(m).__name__ for m in layers] == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
+            pre = (pre - pre.mean(0)) / torch.sqrt(pre.var(0, unbiased=False) + 1e-5)
+        else:
+            assert [type(m).__name__ for m in layers] == ["Linear", "ReLU", "Linear"]
+        expected = pre.clamp_min(0) @ last.weight.T + last.bias
+        assert torch.allclose(online[head](x), expected, atol=1e-5), head
+    # the normalisation's running statistics travel with the weights (broadcast and upload)
+    names = method.broadcast(Server(method).state, RoundContext(1, 2, (CLIENT,), 0, freeze({})))["weights"]
+    assert any(name.endswith("projector.1.running_mean") for name in names) == (head_norm == "batch")
