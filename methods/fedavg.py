@@ -39,7 +39,7 @@ from methods.objectives import OBJECTIVES, Objective, build_objective
 from methods.params import ServerOptimizerParams
 from methods.semi_supervised import SemiSupervised, SemiSupervisedParams
 from methods.uv import UV, UVParams
-from methods.weight_averaging import averaged_weights, initial_state
+from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
 from simulator.context import RoundContext, derive_seed
 from simulator.stats import Stats
 
@@ -141,7 +141,7 @@ class FedAvg(Method):
         terms += self.client_terms(workspace, extra, data, ctx)
         loss = train_objective(workspace, objective, terms, data, ctx, self.config.target_momentum,
                                f"client {data.client_id}, method {self.name}/{objective.name}")
-        upload = {f"weights/{k}": v for k, v in workspace.slots.items()}
+        upload = weight_uploads(workspace.slots)
         for term in terms:
             upload.update(term.upload())
         sparse = tuple(key for extension in self.extensions for key in extension.sparse_rows)

@@ -99,7 +99,6 @@ from simulator.stats import Stats
 
 NUM_ROTATIONS = 4
 GLOBAL_CLUSTERING = ("sgd", "kmeans")
-NOT_UPLOADED = "num_batches_tracked"  # BatchNorm's integer step counter
 
 
 def orchestra_projector(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
@@ -254,7 +253,7 @@ class Orchestra(Method):
         if "centroids" not in broadcast:
             raise ValueError(f"round {ctx.round}: Orchestra needs the global centroids of the setup round")
         metrics, memory = self.train_locally(workspace, broadcast["centroids"], data, ctx, generator)
-        return ClientUpload(stats=Stats.from_tensors(weight_uploads(workspace.slots, NOT_UPLOADED), len(data.labels)),
+        return ClientUpload(stats=Stats.from_tensors(weight_uploads(workspace.slots), len(data.labels)),
                             record={"centroids": self.local_centroids(memory, clustering_generator)},
                             metrics=metrics)
 

@@ -23,7 +23,7 @@ from methods.local_training import LocalStep, copy_into, train_local_epochs
 from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objectives import Objective, project
-from methods.orchestra import NOT_UPLOADED, NUM_ROTATIONS, orchestra_projector
+from methods.orchestra import NUM_ROTATIONS, orchestra_projector
 from methods.params import ServerOptimizerParams
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
 from simulator.augment import rotate90, to_float
@@ -88,5 +88,5 @@ class RotPred(Method):
 
         metrics = train_local_epochs(LocalStep(batch_loss, list(online.parameters())), len(data.labels), generator,
                                      workspace.device, ctx, f"client {data.client_id}, method {self.name}")
-        return ClientUpload(stats=Stats.from_tensors(weight_uploads(workspace.slots, NOT_UPLOADED), len(data.labels)),
+        return ClientUpload(stats=Stats.from_tensors(weight_uploads(workspace.slots), len(data.labels)),
                             metrics=metrics)

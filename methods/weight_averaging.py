@@ -33,9 +33,14 @@ def initial_state(online: nn.Module, target: nn.Module | None) -> dict[str, Any]
     return {"weights": weights, "trainable": trainable, "server_opt": None}
 
 
-def weight_uploads(slots: Mapping[str, Tensor], skip: str | None = None) -> dict[str, Tensor]:
-    """A client's weights as upload entries (``"weights/<name>"``), those ending in ``skip`` left out."""
-    return {f"weights/{k}": v for k, v in slots.items() if skip is None or not k.endswith(skip)}
+NOT_UPLOADED = "num_batches_tracked"  # BatchNorm's integer step counter
+
+
+def weight_uploads(slots: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A client's weights as upload entries (``"weights/<name>"``). BatchNorm's step counters are
+    left out: unused with a momentum (torch's default 0.1), they keep the broadcast value, and they
+    grow by a client's batch count every round, so summed in fixed point they would overflow."""
+    return {f"weights/{k}": v for k, v in slots.items() if not k.endswith(NOT_UPLOADED)}
 
 
 def averaged_weights(state: dict[str, Any], mean: Mapping[str, Tensor], config: ServerOptimizerParams) -> dict[str, Any]:

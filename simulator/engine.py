@@ -392,6 +392,7 @@ class RayFederation:
         driver_slot = self.driver_slot()
         self.slots = [WorkerInDriver(scenario, self.pools[name]) if i == driver_slot else self.new_worker(name)
                       for i, name in enumerate(self.worker_pool)]
+        self.booting: dict[int, ray.ObjectRef] = {}  # actor slot -> its setup call, until that returns
         self.store = None
         self.worker_restarts = self.server_restarts = 0
 
@@ -434,16 +435,28 @@ class RayFederation:
         if client_state_dir is not None:
             self.store = StoreActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(client_state_dir)
         self.server.setup(spec, self.store)
-        for slot in self.slots:
+        for index, slot in enumerate(self.slots):
             if isinstance(slot, WorkerInDriver):
                 slot.setup(spec, partition_dir, self.store)
             else:
-                slot.setup.remote(spec, partition_dir, self.store)
+                self.booting[index] = slot.setup.remote(spec, partition_dir, self.store)
+
+    def stand_in(self, index: int) -> WorkerInDriver | None:
+        """The driver's own slot, when slot ``index`` is an actor of the same pool still starting
+        up (its process importing torch): the driver simulates that share too, so a round does not
+        wait for a process start. Exact sums and client randomness keep the results the same."""
+        if index in self.booting and ray.wait([self.booting[index]], timeout=0)[0]:
+            del self.booting[index]
+        if index not in self.booting:
+            return None
+        pool = self.worker_pool[index]
+        return next((slot for i, slot in enumerate(self.slots)
+                     if isinstance(slot, WorkerInDriver) and self.worker_pool[i] == pool), None)
 
     def replace_worker(self, index: int) -> None:
         """A dead worker's replacement (on any node with room); its share is simulated again."""
         self.slots[index] = self.new_worker(self.worker_pool[index])
-        self.slots[index].setup.remote(self.spec, self.partition_dir, self.store)
+        self.booting[index] = self.slots[index].setup.remote(self.spec, self.partition_dir, self.store)
         self.worker_restarts += 1
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
@@ -468,10 +481,11 @@ class RayFederation:
             return {"clients/completed": 0.0}
         shares = [share for _, _, share in routes]
         worker_of = [in_pool[pool][slot] for pool, slot, _ in routes]
+        runner = [self.stand_in(index) or self.slots[index] for index in worker_of]
         broadcast, bytes_down, extras = self.server.payload(ctx, shares)
         submit = lambda i: self.slots[worker_of[i]].run.remote(broadcast, extras[i], shares[i], ctx)
-        submitted = {i: submit(i) for i in range(len(shares)) if not isinstance(self.slots[worker_of[i]], WorkerInDriver)}
-        in_driver = {i: self.slots[worker_of[i]].run(broadcast, extras[i], shares[i], ctx)  # while the actors work
+        submitted = {i: submit(i) for i in range(len(shares)) if not isinstance(runner[i], WorkerInDriver)}
+        in_driver = {i: runner[i].run(broadcast, extras[i], shares[i], ctx)  # while the actors work
                      for i in range(len(shares)) if i not in submitted}
         for attempt in range(self.MAX_WORKER_RESTARTS_PER_ROUND + 1):
             failed = []

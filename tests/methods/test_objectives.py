@@ -294,6 +294,13 @@ def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_
             assert [type(m).__name__ for m in layers] == ["Linear", "ReLU", "Linear"]
         expected = pre.clamp_min(0) @ last.weight.T + last.bias
         assert torch.allclose(online[head](x), expected, atol=1e-5), head
-    # the normalisation's running statistics travel with the weights (broadcast and upload)
-    names = method.broadcast(Server(method).state, RoundContext(1, 2, (CLIENT,), 0, freeze({})))["weights"]
-    assert any(name.endswith("projector.1.running_mean") for name in names) == (head_norm == "batch")
+    # the normalisation's running statistics travel with the weights (broadcast and upload); its step
+    # counter stays home (it grows every round and would overflow the fixed-point sum of long runs)
+    ctx = RoundContext(1, 2, (CLIENT,), 0, freeze(resolve(synthetic_raw)))
+    broadcast = method.broadcast(Server(method).state, ctx)
+    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
+    uploaded = method.client_update(workspace, broadcast, None, ClientData(CLIENT, data.train_x, data.train_y),
+                                    ctx).stats.average()
+    for names in (broadcast["weights"], [name.split("/", 1)[1] for name in uploaded]):
+        assert any(name.endswith("projector.1.running_mean") for name in names) == (head_norm == "batch")
+    assert not any(name.endswith("num_batches_tracked") for name in uploaded)

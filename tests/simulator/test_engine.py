@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -37,6 +38,64 @@ def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run
     assert m1 == m3
     assert (2, "train/loss") in m1 and (2, "eval/knn_top1") in m1
     assert s1["final"] == s3["final"]
+
+
+def federation_weights(scenario, rounds, between_rounds=lambda r: None):
+    """The global weights after ``rounds`` rounds of a RayFederation (4 of 8 clients a round)."""
+    from simulator.context import RoundContext, freeze
+    from simulator.data.store import prepare_partition
+    from simulator.engine import RayFederation
+    from simulator.federation import sample_cohort
+    from simulator.run import data_spec
+    partition_dir = prepare_partition(scenario)
+    federation = RayFederation(scenario)
+    federation.setup(data_spec(partition_dir, scenario), str(partition_dir), None)
+    try:
+        for r in range(1, rounds + 1):
+            between_rounds(r)
+            _, cohort = sample_cohort(scenario["seed"], r, 8, 4)
+            federation.run_round(RoundContext(r, rounds, cohort, scenario["seed"], freeze(scenario)))
+        return federation.state()["weights"]
+    finally:
+        federation.shutdown()
+
+
+def test_the_driver_stands_in_for_a_worker_still_starting_up(ray_session, synthetic_raw, tmp_path, monkeypatch):
+    import ray
+
+    from simulator import engine
+    started, calls = tmp_path / "may-start", tmp_path / "calls"
+
+    class SlowStartingWorker(engine.WorkerActor.__ray_actor_class__):  # local, so that Ray ships it by value
+        def setup(self, *args):
+            while not started.exists():  # still importing, as far as the driver can tell
+                time.sleep(0.05)
+            super().setup(*args)
+
+        @ray.method(num_returns=2)
+        def run(self, broadcast, extras, client_ids, ctx):
+            with open(calls, "a") as log:
+                log.write(f"{ctx.round}\n")
+            return super().run(broadcast, extras, client_ids, ctx)
+
+    scenario = resolve(synthetic_raw)  # 2 worker slots: the driver's and one actor
+    reference = federation_weights({**scenario, "ray": {**scenario["ray"], "driver_simulates": False}}, 3)
+    monkeypatch.setattr(engine, "WorkerActor", ray.remote(SlowStartingWorker))
+
+    def release_after_round_2(r):
+        if r == 3:
+            started.touch()
+            time.sleep(5)  # the actor's setup returns well before round 3 asks
+    import threading
+    timer = threading.Timer(60, started.touch)  # without a stand-in, round 1 waits for this: the test fails, not hangs
+    timer.start()
+    try:
+        weights = federation_weights(scenario, 3, release_after_round_2)
+    finally:
+        timer.cancel()
+    assert calls.read_text().split() == ["3"]  # rounds 1 and 2: the driver simulated the actor's share
+    for name, value in reference.items():
+        assert torch.equal(value, weights[name]), name
 
 
 @pytest.fixture(scope="module")
