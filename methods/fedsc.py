@@ -90,8 +90,7 @@ class FedSCSpectral(Spectral):
     """Eq. 5 for one client and round: alpha and ``Rbar_{-j}`` bound at construction."""
 
     def __init__(self, base: Spectral, others_correlation: torch.Tensor | None, alpha: float):
-        super().__init__(base.config, {"hidden_dim": base.hidden_dim, "projector_dim": base.projector_dim},
-                         base.num_classes)
+        super().__init__(base.config, base.model_config, base.num_classes)
         self.others_correlation = others_correlation
         self.alpha = alpha
 

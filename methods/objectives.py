@@ -33,7 +33,7 @@ class Objective:
     uses_labels = False
 
     def __init__(self, config: Params, model_config: Mapping[str, Any], num_classes: int):
-        self.config = config
+        self.config, self.model_config = config, model_config
         self.hidden_dim = model_config["hidden_dim"]
         self.projector_dim = model_config["projector_dim"]
         self.hidden_norm = model_config["head_norm"] == "batch"
