@@ -7,7 +7,9 @@ prints one line ``fedssl: error: ...`` and exits with code 2, before anything is
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -231,5 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def command() -> None:
+    """The ``fedssl`` executable: :func:`main`, the exit handlers (Ray's stops its processes), then
+    the end of the process without the interpreter's teardown of torch's and Ray's modules (0.8 to
+    2.7 s on 2 cores). Every file a command writes is closed before ``main`` returns."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

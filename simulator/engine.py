@@ -298,11 +298,14 @@ class EvaluatorInDriver:
                 try:
                     if self.data is None:
                         self.data = load_eval_data(self.scenario)
-                    future.set_result(evaluate_networks(ray.get(networks), self.data, self.scenario))
+                    if isinstance(networks, ray.ObjectRef):
+                        networks = ray.get(networks)
+                    future.set_result(evaluate_networks(networks, self.data, self.scenario))
                 except BaseException as err:  # handed to the caller of result()
                     future.set_exception(err)
 
-    def submit(self, networks: ray.ObjectRef) -> Future:
+    def submit(self, networks: "ray.ObjectRef | dict[str, torch.nn.ModuleDict]") -> Future:
+        """``networks``: in the object store, or (the in-process rounds') a snapshot of the driver's own."""
         future: Future = Future()
         self.queue.put((networks, future))
         return future
@@ -372,6 +375,117 @@ class EvaluatorInActor:
         ray.kill(self.actor)
 
 
+def start_federation(scenario: dict) -> "RayFederation | RoundsWhileRayStarts":
+    """The Ray federation of ``scenario``: Ray started (or joined) here, in the calling thread, then
+    its actors; or, where this run starts a local Ray instance of its own and the driver can play a
+    round alone (``ray.while_starting: driver``), :class:`RoundsWhileRayStarts`."""
+    pools = worker_pools(scenario).values()
+    address = scenario["ray"]["address"] or os.environ.get("RAY_ADDRESS")
+    if (scenario["ray"]["while_starting"] == "driver" and not ray.is_initialized() and address is None
+            and scenario["ray"]["evaluator"] == "driver" and all(pool["num_gpus"] == 0 for pool in pools)):
+        return RoundsWhileRayStarts(scenario)
+    start_ray(scenario["ray"]["address"])
+    return RayFederation(scenario)
+
+
+class RoundsWhileRayStarts:
+    """The first rounds in the driver's process while Ray starts (``ray.while_starting: driver``,
+    the default): starting a local Ray instance takes seconds (~4.4 s on 2 cores) that the driver
+    would otherwise wait through. A thread starts Ray and the actors; until they are there, each
+    round is the in-process executor's (:mod:`simulator.inprocess`, bitwise the Ray engine's
+    rounds); at the first round boundary after, the server state moves into the Ray federation
+    (as a resumed run's checkpoint does) and the rounds go on there. The client-state store is the
+    same directory on both sides; evaluations run in one evaluator thread of the driver throughout.
+    So the results are bitwise those of ``ray.while_starting: wait``."""
+
+    evaluator_restarts = 0  # the evaluator thread dies only with the driver
+
+    def __init__(self, scenario: dict):
+        from simulator.inprocess import InProcessFederation
+        self.scenario = scenario
+        self.current: "InProcessFederation | RayFederation" = InProcessFederation(scenario)
+        self.rounds_while_ray_started = 0
+        self.evaluator: EvaluatorInDriver | None = None
+        self.started: Future = Future()  # the Ray federation, once Ray and its actors are there
+        threading.Thread(target=self.start_ray_federation, name="fedssl-ray-start", daemon=True).start()
+
+    def start_ray_federation(self) -> None:
+        """Runs in its own thread, which then stays alive: Ray's processes die with the thread that
+        started them."""
+        try:
+            start_ray(None)
+            self.started.set_result(RayFederation(self.scenario))
+        except BaseException as err:  # raised in the driver's thread, at the switch
+            self.started.set_exception(err)
+        threading.Event().wait()
+
+    def setup(self, spec: DataSpec, partition_dir: str, client_state_dir: str | None) -> None:
+        self.spec, self.setup_args = spec, (spec, partition_dir, client_state_dir)
+        self.current.setup(*self.setup_args)
+
+    def run_round(self, ctx: RoundContext) -> dict[str, float]:
+        if not isinstance(self.current, RayFederation):
+            if self.started.done():
+                self.switch()
+            else:
+                self.rounds_while_ray_started += 1
+        return self.current.run_round(ctx)
+
+    def switch(self) -> None:
+        """The rounds go on in the Ray federation, from the in-process server's state."""
+        federation = self.started.result()
+        federation.setup(*self.setup_args)
+        federation.restore(self.current.state())
+        self.current = federation
+
+    @property
+    def worker_restarts(self) -> int:
+        return self.current.worker_restarts
+
+    @property
+    def server_restarts(self) -> int:
+        return self.current.server_restarts
+
+    def replace_server(self) -> None:
+        self.current.replace_server()
+
+    def networks_now(self):
+        return self.current.networks_now()
+
+    def submit_eval(self, networks=None) -> Future:
+        if self.evaluator is None:
+            self.evaluator = EvaluatorInDriver(self.scenario)
+        return self.evaluator.submit(networks if networks is not None else self.networks_now())
+
+    def ready(self, evaluation: Future) -> bool:
+        return self.evaluator.ready(evaluation)
+
+    def result(self, evaluation: Future) -> dict[str, dict[str, float]]:
+        return self.evaluator.result(evaluation)
+
+    def state(self) -> dict:
+        return self.current.state()
+
+    def restore(self, state: dict) -> None:
+        self.current.restore(state)
+
+    def peak_memory_mb(self) -> dict[str, float]:
+        return self.current.peak_memory_mb()
+
+    def worker_nodes(self) -> int:
+        return self.current.worker_nodes()
+
+    def shutdown(self) -> None:
+        """Waits for Ray to be up (a Ray instance half started is not left behind), then stops the actors."""
+        if self.evaluator is not None:
+            self.evaluator.kill()
+        try:
+            federation = self.started.result()
+        except Exception:
+            return
+        federation.shutdown()
+
+
 class RayFederation:
     """Actors of one run and the round protocol between them.
 
@@ -380,6 +494,7 @@ class RayFederation:
     """
 
     MAX_WORKER_RESTARTS_PER_ROUND = 3
+    rounds_while_ray_started = 0  # see RoundsWhileRayStarts
 
     def __init__(self, scenario: dict):
         self.scenario = scenario

@@ -30,6 +30,7 @@ class InProcessFederation:
     """The interface of ``engine.RayFederation``, in the driver's process."""
 
     worker_restarts = server_restarts = evaluator_restarts = 0
+    rounds_while_ray_started = 0  # no Ray here
 
     def __init__(self, scenario: dict):
         self.scenario = scenario

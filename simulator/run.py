@@ -85,9 +85,10 @@ class stop_signals:
 
 
 def start_federation(scenario: dict[str, Any]):
-    """The scenario's executor: Ray actors (``executor: ray``, started or joined here, in the main
-    thread, since Ray's processes die with the thread that spawned them) or the driver's own process
-    (``executor: in_process``, which never imports Ray); the centralized bound always runs there."""
+    """The scenario's executor: Ray actors (``executor: ray``; :func:`simulator.engine.start_federation`
+    starts or joins Ray, and may play the first rounds in the driver while a local instance starts)
+    or the driver's own process (``executor: in_process``, which never imports Ray); the centralized
+    bound always runs there."""
     if scenario["training"]["centralized"]:
         from simulator.centralized import CentralizedFederation
         return CentralizedFederation(scenario)
@@ -95,8 +96,7 @@ def start_federation(scenario: dict[str, Any]):
         from simulator.inprocess import InProcessFederation
         return InProcessFederation(scenario)
     from simulator import engine
-    engine.start_ray(scenario["ray"]["address"])
-    return engine.RayFederation(scenario)
+    return engine.start_federation(scenario)
 
 
 def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: bool = True,
@@ -320,6 +320,7 @@ class RunLoop:
                    "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,
                    "worker_restarts": federation.worker_restarts, "server_restarts": federation.server_restarts,
                    "evaluator_restarts": federation.evaluator_restarts, "worker_nodes": federation.worker_nodes(),
+                   "rounds_while_ray_started": federation.rounds_while_ray_started,
                    "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
         # a method's server metrics named "summary/<key>" land in the summary (the latest value)
         summary.update({name.removeprefix("summary/"): value for _, name, value, _ in

@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
              "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False},
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0},
             "worker_pools": [], "server": "driver",
-            "driver_simulates": True, "evaluator": "driver"},
+            "driver_simulates": True, "evaluator": "driver", "while_starting": "driver"},
     "output": {"dir": "runs", "checkpoint_every": 10},
 }
 
@@ -93,6 +93,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "executor": ("ray", "in_process"),
         "model.head_norm": ("none", "batch"),
         "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
+        "ray.while_starting": ("driver", "wait"),
     }
 
 

@@ -14,6 +14,7 @@ from simulator.run import run_scenario
 from simulator.scenario import resolve
 from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MACHINE_DEPENDENT = ("time/", "memory/")
 
 
@@ -58,6 +59,64 @@ def federation_weights(scenario, rounds, between_rounds=lambda r: None):
         return federation.state()["weights"]
     finally:
         federation.shutdown()
+
+
+HOLD_RAY_BACK_TWO_ROUNDS = """
+import sys, threading
+import simulator.engine as engine
+two_rounds_played = threading.Event()
+start_ray, run_round = engine.start_ray, engine.RoundsWhileRayStarts.run_round
+def start_ray_after_two_rounds(address):
+    two_rounds_played.wait()
+    start_ray(address)
+def run_round_then_wait_for_ray(self, ctx):
+    if ctx.round == 3:
+        two_rounds_played.set()
+        self.started.result()
+    return run_round(self, ctx)
+engine.start_ray = start_ray_after_two_rounds
+engine.RoundsWhileRayStarts.run_round = run_round_then_wait_for_ray
+from simulator.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_rounds_the_driver_plays_while_ray_starts_give_bitwise_the_run_that_waits(ray_session, synthetic_raw,
+                                                                                    tmp_path):
+    """``ray.while_starting: driver`` in a process of its own (Ray not yet started there), Ray held back
+    until rounds 1-2 are played in the driver, rounds 3-4 on Ray: FedU (stateful clients: their
+    states cross the switch in the store), evaluations of networks from both sides (rounds 0 and 2
+    in the driver's rounds, 4 on Ray); against the same run waiting for Ray."""
+    raw = {**synthetic_raw, "method": {"name": "fedu", "objective": "byol"},
+           "training": {**synthetic_raw["training"], "rounds": 4},
+           "eval": {**synthetic_raw["eval"], "every": 2}, "output": {"checkpoint_every": 2}}
+    _, waited, waited_metrics = run(raw, tmp_path, "wait", while_starting="wait")
+    scenario = tmp_path / "fedu.yaml"
+    scenario.write_text(json.dumps({**raw, "ray": {**raw["ray"], "while_starting": "driver"}}))
+    done = subprocess.run([sys.executable, "-c", HOLD_RAY_BACK_TWO_ROUNDS, "run", str(scenario),
+                           "--out", str(tmp_path / "driver"), "--quiet"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    started = json.loads((tmp_path / "driver" / "summary.json").read_text())
+    assert started["rounds_while_ray_started"] == 2 and waited["rounds_while_ray_started"] == 0
+    table = pq.read_table(tmp_path / "driver" / "metrics.parquet").to_pylist()
+    assert {(row["round"], row["name"]): row["value"] for row in table
+            if not row["name"].startswith(MACHINE_DEPENDENT)} == waited_metrics
+    assert started["initial"] == waited["initial"] and started["final"] == waited["final"]
+    ours, theirs = (torch.load(sorted((tmp_path / run / "checkpoints").iterdir())[-1] / "state.pt",
+                               weights_only=False)["state"] for run in ("driver", "wait"))
+    assert state_bytes(ours) == state_bytes(theirs) and len(state_bytes(ours)) > 10_000
+
+
+def state_bytes(node) -> bytes:
+    """Every tensor of a nested state, in name order, as bytes."""
+    if isinstance(node, torch.Tensor):
+        return node.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    if isinstance(node, dict):
+        return b"".join(key.encode() + state_bytes(node[key]) for key in sorted(node, key=str))
+    if isinstance(node, (list, tuple)):
+        return b"".join(state_bytes(item) for item in node)
+    return repr(node).encode()
 
 
 def test_the_driver_stands_in_for_a_worker_still_starting_up(ray_session, synthetic_raw, tmp_path, monkeypatch):
