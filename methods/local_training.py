@@ -60,8 +60,8 @@ def train_local_epochs(step: LocalStep, num_samples: int, generator: torch.Gener
     the mean of the loss (``"loss"``) and of each logged part over the steps that ran (none: empty).
     A non-finite loss raises ``FloatingPointError`` naming ``who``."""
     training = ctx.hparams["training"]
-    optimizer = torch.optim.SGD(step.parameters, lr=local_lr(ctx), momentum=training["momentum"],
-                                weight_decay=training["weight_decay"])
+    optimizer = MomentumSGD(step.parameters, lr=local_lr(ctx), momentum=training["momentum"],
+                            weight_decay=training["weight_decay"])
     batch_size = training["batch_size"]
     logged: dict[str, list[Tensor]] = {"loss": []}
     for _ in range(training["local_epochs"]):
@@ -84,11 +84,43 @@ def train_local_epochs(step: LocalStep, num_samples: int, generator: torch.Gener
     return {name: torch.stack(values).mean().item() for name, values in logged.items() if values}
 
 
-def sgd_step(optimizer: torch.optim.Optimizer, loss: Tensor, parameters: list[Tensor],
+class MomentumSGD:
+    """SGD with momentum and weight decay (dampening 0, no Nesterov): ``torch.optim.SGD``'s update
+    written out, bitwise its single-tensor step (the one it takes on a CPU; pinned in
+    ``tests/methods/test_local_training.py``). Not ``torch.optim``: its first optimiser imports
+    ``torch._dynamo`` (2.4 s of every worker process's first round on these cores), which a client
+    step never uses. Parameters without a gradient are left alone, as torch does."""
+
+    def __init__(self, parameters: list[Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+        self.parameters, self.lr, self.momentum, self.weight_decay = list(parameters), lr, momentum, weight_decay
+        self.buffers: list[Tensor | None] = [None] * len(self.parameters)
+
+    def zero_grad(self) -> None:
+        for parameter in self.parameters:
+            parameter.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for i, parameter in enumerate(self.parameters):
+            if parameter.grad is None:
+                continue
+            grad = parameter.grad
+            if self.weight_decay != 0:
+                grad = grad.add(parameter, alpha=self.weight_decay)
+            if self.momentum != 0:
+                if self.buffers[i] is None:
+                    self.buffers[i] = grad.detach().clone()
+                else:
+                    self.buffers[i].mul_(self.momentum).add_(grad, alpha=1)
+                grad = self.buffers[i]
+            parameter.add_(grad, alpha=-self.lr)
+
+
+def sgd_step(optimizer: MomentumSGD, loss: Tensor, parameters: list[Tensor],
              grad_clip_norm: float) -> None:
     """One optimiser step on ``loss``; the gradients' joint l2 norm first clipped to ``grad_clip_norm``
     when it is positive (``training.grad_clip_norm``, as FedSC's reference code clips at 3)."""
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad()
     loss.backward()
     if grad_clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(parameters, grad_clip_norm)

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from methods.local_training import MomentumSGD
+
 SHARPNESS = 25.0  # lambda of the entropic transport (reference code)
 SINKHORN_ITERATIONS = 10  # Sinkhorn iterations per assignment step inside the local clustering loop
 TOLERANCE = 1e-2
@@ -114,14 +116,14 @@ def sgd_global_clustering(points: Tensor, centroids: Tensor, temperature: float,
         raise ValueError("sgd_global_clustering: no points to cluster")
     unit_points = F.normalize(points.detach().float(), dim=1)
     weights = centroids.detach().float().clone().requires_grad_(True)
-    optimizer = torch.optim.SGD([weights], lr=lr, momentum=momentum, weight_decay=weight_decay)
+    optimizer = MomentumSGD([weights], lr=lr, momentum=momentum, weight_decay=weight_decay)
     with torch.enable_grad():
         for _ in range(steps):
             scores = unit_points @ weights.T
             target = sinkhorn_knopp(scores.detach())
             probs = torch.softmax(scores / temperature, dim=1)
             loss = -F.cosine_similarity(target, probs, dim=-1).mean()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             with torch.no_grad():

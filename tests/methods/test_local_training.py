@@ -1,11 +1,14 @@
 """The one local loop (``methods.local_training``): epochs, batches, hooks, logged parts, the lr
 schedule, the EMA rule and the non-finite guard, on a toy parameter whose steps are computed by hand."""
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from methods.local_training import LocalStep, ema_update, local_lr, train_local_epochs
+from methods.local_training import LocalStep, MomentumSGD, ema_update, local_lr, train_local_epochs
 from simulator.context import RoundContext, freeze
 
 TRAINING = {"local_epochs": 2, "batch_size": 4, "lr": 0.1, "lr_schedule": "constant", "momentum": 0.0,
@@ -69,3 +72,61 @@ def test_ema_update_is_the_byol_rule():
     before = target["encoder"].weight.detach().clone()
     ema_update(target, online, 0.9)
     assert torch.allclose(target["encoder"].weight, 0.9 * before + 0.1 * online["encoder"].weight)
+
+
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.9, 5e-4), (0.0, 1e-3)])
+def test_momentum_sgd_is_bitwise_torch_sgd(momentum, weight_decay):
+    """Five steps on a small network, one parameter left without a gradient: every parameter equal
+    bit for bit to ``torch.optim.SGD``'s, and a hand computation of the first two momentum steps."""
+    def network():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3),
+                                   torch.nn.Linear(3, 3))
+    ours, theirs = network(), network()
+    frozen = [*ours[3].parameters(), *theirs[3].parameters()]  # in the optimiser, never in the loss
+    optimizers = (MomentumSGD(list(ours.parameters()), lr=0.07, momentum=momentum, weight_decay=weight_decay),
+                  torch.optim.SGD(list(theirs.parameters()), lr=0.07, momentum=momentum, weight_decay=weight_decay))
+    before = ours[0].weight.detach().clone()
+    grads = []
+    for step in range(5):
+        x = torch.randn(16, 5, generator=torch.Generator().manual_seed(step))
+        for net, optimizer in zip((ours, theirs), optimizers):
+            optimizer.zero_grad()
+            net[:3](x).pow(2).mean().backward()
+            if net is ours:
+                grads.append(net[0].weight.grad.clone())
+            optimizer.step()
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.equal(a, b), name
+    assert all(p.grad is None for p in frozen) and torch.equal(ours[3].weight, network()[3].weight)
+    # by hand: d_t = g_t + wd w_{t-1}; b_1 = d_1, b_2 = m b_1 + d_2; w_t = w_{t-1} - lr b_t
+    ours2 = network()
+    w1 = before - 0.07 * (grads[0] + weight_decay * before)
+    b1 = grads[0] + weight_decay * before
+    w2 = w1 - 0.07 * (momentum * b1 + grads[1] + weight_decay * w1)
+    replay = MomentumSGD([ours2[0].weight], lr=0.07, momentum=momentum, weight_decay=weight_decay)
+    for g in grads[:2]:
+        ours2[0].weight.grad = g.clone()
+        replay.step()
+    assert torch.allclose(ours2[0].weight, w2, atol=1e-6)
+
+
+def test_a_client_step_does_not_import_torch_dynamo():
+    """torch.optim's first optimiser imports torch._dynamo (2.4 s on 2 cores); the local loop must not."""
+    code = """
+import sys, torch
+from methods.local_training import LocalStep, train_local_epochs
+from simulator.context import RoundContext, freeze
+training = {"local_epochs": 1, "batch_size": 4, "lr": 0.1, "lr_schedule": "constant", "momentum": 0.9,
+            "weight_decay": 1e-4, "grad_clip_norm": 1.0}
+w = torch.nn.Parameter(torch.ones(3))
+step = LocalStep(lambda rows: ((w * rows.float().unsqueeze(1)).pow(2).sum(), {}), [w])
+ctx = RoundContext(1, 2, (0,), 0, freeze({"training": training}))
+train_local_epochs(step, 8, torch.Generator().manual_seed(0), torch.device("cpu"), ctx, "client 0")
+assert not torch.equal(w, torch.ones(3))
+print("DYNAMO" if "torch._dynamo" in sys.modules else "NO DYNAMO")
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["NO", "DYNAMO"]
