@@ -15,6 +15,11 @@ First participation (as the reference): the global online networks, the target s
 online encoder and projector. Deliberate difference: the reference aliases target and online in
 that first round (one module object), so its EMA does nothing and the target equals the online
 networks throughout; here the target is a copy that follows BYOL's EMA from there.
+
+Heads as the reference (EasyFL's ``MLP``: Linear, BatchNorm1d, ReLU, Linear) only with
+``model.head_norm: batch``, which the shipped FedU and FedEMA scenarios set; the key's default
+(``none``) keeps earlier runs reproducible. Without it BYOL did not learn on Fashion-MNIST here
+(``results/regime.md``: ``byol_dir05_s100`` against ``byol_dir05_bn_s100``).
 """
 from __future__ import annotations
 

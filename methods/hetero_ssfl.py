@@ -40,9 +40,11 @@ How the RAD enters training with ``mu > 0``: only through the alignment term. Ea
 draws ``rad_batch_size`` RAD rows (stream ``"rad"`` of the client's round generator), forwards the
 un-augmented images through the online encoder, projector and predictor in train mode, and adds
 ``mu * (1 - CKA)`` of their kernel with ``Kbar``'s sub-block; the SSL loss never sees RAD images.
-With the encoders' GroupNorm and the unnormalised MLP heads that forward pass has no side effect
-(no running statistics), so the RAD reaches a client's weights only through the alignment
-gradient. ``mu = 0`` never touches the RAD in training, so "aligned vs mu = 0" confounds the
+The encoders' GroupNorm keeps no running statistics, so the RAD reaches a client's weights only
+through the alignment gradient; with ``model.head_norm: batch`` (BYOL's hidden BatchNorm1d in
+projector and predictor, which the shipped scenarios set, as BYOL's reference heads have it) that
+forward pass also moves the heads' BatchNorm running statistics, which only the eval-mode kernel
+reads (evaluation uses the encoder's features), alike in both ``mu > 0`` variants below. ``mu = 0`` never touches the RAD in training, so "aligned vs mu = 0" confounds the
 alignment with extra (all-class) training images. The control ``rad_term: ssl`` separates the two:
 the same term weight ``mu``, in the same rounds (those with a ``Kbar``), on the same RAD rows drawn
 from the same stream at every step, but the term is the objective's own SSL loss on two augmented
