@@ -1,5 +1,9 @@
 """``fedssl run`` / ``validate`` from the command line's point of view."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -87,3 +91,23 @@ def test_bad_method_values_are_caught_before_anything_runs(synthetic_raw, tmp_pa
     assert err.startswith(f"fedssl: error: {scenario}: {key}: expected "), err
     assert err.count("\n") == 1, err
     assert not out.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_fedssl_command_keeps_the_exit_code_and_the_output_of_main(synthetic_raw, tmp_path):
+    """``fedssl`` (``simulator.cli:command``) ends the process without the interpreter's teardown:
+    its exit code and every printed line are main's, whether the run succeeds or the input is bad."""
+    command = [sys.executable, "-c", "from simulator.cli import command; command()"]
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # output to a pipe is buffered
+    good = write(tmp_path, {**synthetic_raw, "executor": "in_process", "training": {**synthetic_raw["training"],
+                                                                                   "rounds": 1}})
+    done = subprocess.run([*command, "run", str(good), "--out", str(tmp_path / "run")], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2] == f"run directory: {tmp_path / 'run'}" and json.loads(lines[-1])["rounds_completed"] == 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["rounds_completed"] == 1
+    bad = write(tmp_path, {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 5}})
+    done = subprocess.run([*command, "validate", str(bad)], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 2 and done.stderr.startswith("fedssl: error: ") and done.stdout == ""
