@@ -42,12 +42,23 @@ def start_ray(address: str | None) -> None:
     if address is None:
         address = os.environ.get("RAY_ADDRESS", "local")
     # ray.init replaces the SIGTERM handler (with sys.exit); a caller's own handler (the command
-    # line's clean stop) is put back, a default one is left to Ray
+    # line's clean stop) is put back, a default one is left to Ray. From another thread it sets
+    # none and warns that it does not: the driver's handler stays, so that warning is dropped.
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if in_main_thread else None
-    ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
+    ray_worker_log = logging.getLogger("ray._private.worker")
+    ray_worker_log.addFilter(no_sigterm_warning)
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
+    finally:
+        ray_worker_log.removeFilter(no_sigterm_warning)
     if callable(previous):
         signal.signal(signal.SIGTERM, previous)
+
+
+def no_sigterm_warning(record: logging.LogRecord) -> bool:
+    """A log filter: False for Ray's "SIGTERM handler is not set" warning."""
+    return "SIGTERM handler is not set" not in record.getMessage()
 
 
 class Worker:
