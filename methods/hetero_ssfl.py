@@ -44,8 +44,9 @@ The encoders' GroupNorm keeps no running statistics, so the RAD reaches a client
 through the alignment gradient; with ``model.head_norm: batch`` (BYOL's hidden BatchNorm1d in
 projector and predictor, which the shipped scenarios set, as BYOL's reference heads have it) that
 forward pass also moves the heads' BatchNorm running statistics, which only the eval-mode kernel
-reads (evaluation uses the encoder's features), alike in both ``mu > 0`` variants below. ``mu = 0`` never touches the RAD in training, so "aligned vs mu = 0" confounds the
-alignment with extra (all-class) training images. The control ``rad_term: ssl`` separates the two:
+reads (evaluation uses the encoder's features), alike in both ``mu > 0`` variants below.
+``mu = 0`` never touches the RAD in training, so "aligned vs mu = 0" confounds the alignment with
+extra (all-class) training images. The control ``rad_term: ssl`` separates the two:
 the same term weight ``mu``, in the same rounds (those with a ``Kbar``), on the same RAD rows drawn
 from the same stream at every step, but the term is the objective's own SSL loss on two augmented
 views of those rows (augmentations from the separate stream ``"rad-augment"``, so the local batches'
