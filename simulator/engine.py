@@ -9,6 +9,7 @@ upload, and the server reduces the worker sums. Only this module imports Ray.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import queue
@@ -32,28 +33,50 @@ from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResul
 from simulator.resources import memory_mb, threads
 
 
-def start_ray(address: str | None) -> None:
+def start_ray(address: str | None) -> bool:
     """Join ``address`` (``auto``: the cluster this machine belongs to) or, for None, start a local
     instance of this run's own (``ray.init()`` alone would join any Ray instance already running on
-    the machine); ``$RAY_ADDRESS``, as ``ray job submit`` sets it, is joined."""
+    the machine); ``$RAY_ADDRESS``, as ``ray job submit`` sets it, is joined. True where this call
+    connected the process to Ray (False: a caller had), so that the run disconnects it at its end."""
     if ray.is_initialized():
-        return
+        return False
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     if address is None:
         address = os.environ.get("RAY_ADDRESS", "local")
     # ray.init replaces the SIGTERM handler (with sys.exit); a caller's own handler (the command
     # line's clean stop) is put back, a default one is left to Ray. From another thread it sets
-    # none and warns that it does not: the driver's handler stays, so that warning is dropped.
+    # none and warns that it does not: the driver's handler stays, so that warning is dropped; but
+    # Ray's core worker still installs Abseil's failure handler for SIGTERM in the process (it
+    # prints a stack and aborts the driver), so the process's own SIGTERM action is put back.
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     ray_worker_log = logging.getLogger("ray._private.worker")
     ray_worker_log.addFilter(no_sigterm_warning)
     try:
-        ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
+        with native_signal_action(signal.SIGTERM, restore=not in_main_thread):
+            ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
     finally:
         ray_worker_log.removeFilter(no_sigterm_warning)
     if callable(previous):
         signal.signal(signal.SIGTERM, previous)
+    return True
+
+
+class native_signal_action:
+    """Puts a signal's process-wide action (``sigaction``, not Python's view of it) back as it was
+    on entry, where ``restore``: ``signal.signal`` can do it only from the main thread."""
+
+    def __init__(self, number: int, restore: bool):
+        self.number, self.restore = number, restore
+        self.saved = ctypes.create_string_buffer(512)  # a struct sigaction (152 bytes on Linux), opaque
+
+    def __enter__(self) -> None:
+        if self.restore:
+            ctypes.CDLL(None).sigaction(self.number, None, self.saved)
+
+    def __exit__(self, *exc) -> None:
+        if self.restore:
+            ctypes.CDLL(None).sigaction(self.number, self.saved, None)
 
 
 def no_sigterm_warning(record: logging.LogRecord) -> bool:
@@ -386,17 +409,18 @@ class EvaluatorInActor:
         ray.kill(self.actor)
 
 
-def start_federation(scenario: dict) -> "RayFederation | RoundsWhileRayStarts":
+def start_federation(scenario: dict, disconnects_ray: bool = False) -> "RayFederation | RoundsWhileRayStarts":
     """The Ray federation of ``scenario``: Ray started (or joined) here, in the calling thread, then
     its actors; or, where this run starts a local Ray instance of its own and the driver can play a
-    round alone (``ray.while_starting: driver``), :class:`RoundsWhileRayStarts`."""
+    round alone (``ray.while_starting: driver``), :class:`RoundsWhileRayStarts`. ``disconnects_ray``:
+    where this call connects the process to Ray, the federation's ``shutdown`` disconnects it."""
     pools = worker_pools(scenario).values()
     address = scenario["ray"]["address"] or os.environ.get("RAY_ADDRESS")
     if (scenario["ray"]["while_starting"] == "driver" and not ray.is_initialized() and address is None
             and scenario["ray"]["evaluator"] == "driver" and all(pool["num_gpus"] == 0 for pool in pools)):
-        return RoundsWhileRayStarts(scenario)
-    start_ray(scenario["ray"]["address"])
-    return RayFederation(scenario)
+        return RoundsWhileRayStarts(scenario, disconnects_ray)
+    connected = start_ray(scenario["ray"]["address"])
+    return RayFederation(scenario, disconnects_ray=disconnects_ray and connected)
 
 
 class RoundsWhileRayStarts:
@@ -411,9 +435,9 @@ class RoundsWhileRayStarts:
 
     evaluator_restarts = 0  # the evaluator thread dies only with the driver
 
-    def __init__(self, scenario: dict):
+    def __init__(self, scenario: dict, disconnects_ray: bool = False):
         from simulator.inprocess import InProcessFederation
-        self.scenario = scenario
+        self.scenario, self.disconnects_ray = scenario, disconnects_ray
         self.current: "InProcessFederation | RayFederation" = InProcessFederation(scenario)
         self.rounds_while_ray_started = 0
         self.evaluator: EvaluatorInDriver | None = None
@@ -424,8 +448,8 @@ class RoundsWhileRayStarts:
         """Runs in its own thread, which then stays alive: Ray's processes die with the thread that
         started them."""
         try:
-            start_ray(None)
-            self.started.set_result(RayFederation(self.scenario))
+            connected = start_ray(None)
+            self.started.set_result(RayFederation(self.scenario, disconnects_ray=self.disconnects_ray and connected))
         except BaseException as err:  # raised in the driver's thread, at the switch
             self.started.set_exception(err)
         threading.Event().wait()
@@ -502,13 +526,16 @@ class RayFederation:
 
     Actors are created first (their processes start and import while the driver prepares the
     data), then ``setup`` hands them the data; calls queue in order, so nothing waits in between.
+    ``disconnects_ray``: this run connected the process to Ray and disconnects it at ``shutdown``
+    (a local instance of its own stops), so that ``fedssl run`` prints its last line after Ray's
+    processes have forwarded their last logs to the driver.
     """
 
     MAX_WORKER_RESTARTS_PER_ROUND = 3
     rounds_while_ray_started = 0  # see RoundsWhileRayStarts
 
-    def __init__(self, scenario: dict):
-        self.scenario = scenario
+    def __init__(self, scenario: dict, disconnects_ray: bool = False):
+        self.scenario, self.disconnects_ray = scenario, disconnects_ray
         # the global state, the evaluator and the client store stay on the driver's node; workers spread
         self.on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.server = self.new_server()
@@ -692,3 +719,5 @@ class RayFederation:
         for actor in [*self.workers, getattr(self, "store", None)]:
             if actor is not None:
                 ray.kill(actor)
+        if self.disconnects_ray:
+            ray.shutdown()

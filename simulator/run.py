@@ -84,7 +84,7 @@ class stop_signals:
             signal.signal(number, handler)
 
 
-def start_federation(scenario: dict[str, Any]):
+def start_federation(scenario: dict[str, Any], disconnects_ray: bool = False):
     """The scenario's executor: Ray actors (``executor: ray``; :func:`simulator.engine.start_federation`
     starts or joins Ray, and may play the first rounds in the driver while a local instance starts)
     or the driver's own process (``executor: in_process``, which never imports Ray); the centralized
@@ -96,13 +96,14 @@ def start_federation(scenario: dict[str, Any]):
         from simulator.inprocess import InProcessFederation
         return InProcessFederation(scenario)
     from simulator import engine
-    return engine.start_federation(scenario)
+    return engine.start_federation(scenario, disconnects_ray)
 
 
 def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: bool = True,
-                 resume_dir: str | None = None) -> tuple[Path, dict]:
+                 resume_dir: str | None = None, disconnects_ray: bool = False) -> tuple[Path, dict]:
     """Run a resolved scenario (or continue the run in ``resume_dir`` from its newest checkpoint);
-    returns the run directory and its summary."""
+    returns the run directory and its summary. ``disconnects_ray``: a Ray connection the run made
+    ends with it (``fedssl run``; a sweep's runs share one)."""
     start = time.time()
     prepared: dict[str, Any] = {}
 
@@ -116,7 +117,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
     loader.start()
     run_dir, loop = None, None
     try:
-        federation = start_federation(scenario)
+        federation = start_federation(scenario, disconnects_ray)
     except KeyboardInterrupt as err:
         raise RunStopped(stop_signals.name_of(err), None, None, scenario["training"]["rounds"]) from None
     try:

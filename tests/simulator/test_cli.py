@@ -111,3 +111,31 @@ def test_the_fedssl_command_keeps_the_exit_code_and_the_output_of_main(synthetic
     done = subprocess.run([*command, "validate", str(bad)], cwd=repo, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 2 and done.stderr.startswith("fedssl: error: ") and done.stdout == ""
+
+
+DISCONNECT_MARKED = """
+import sys
+import ray
+shutdown = ray.shutdown
+def marked_shutdown(*args, **kwargs):
+    print("ray disconnected", flush=True)
+    shutdown(*args, **kwargs)
+ray.shutdown = marked_shutdown
+from simulator.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("while_starting", ["driver", "wait"])
+def test_fedssl_run_disconnects_the_ray_it_started_before_its_last_lines(synthetic_raw, tmp_path, while_starting):
+    """Ray's processes forward their logs to the driver until it disconnects (a line of theirs once
+    came after ``fedssl: stopped by ...``): ``fedssl run`` disconnects the Ray instance it started
+    before it prints its last lines, whether the driver played the first rounds or waited for Ray."""
+    scenario = write(tmp_path, {**synthetic_raw, "ray": {**synthetic_raw["ray"], "while_starting": while_starting},
+                                "training": {**synthetic_raw["training"], "rounds": 2}})
+    done = subprocess.run([sys.executable, "-c", DISCONNECT_MARKED, "run", str(scenario), "--out",
+                           str(tmp_path / "run"), "--quiet"], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-3:-1] == ["ray disconnected", f"run directory: {tmp_path / 'run'}"], done.stdout

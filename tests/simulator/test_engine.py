@@ -316,3 +316,34 @@ def test_a_local_run_starts_its_own_ray_while_another_instance_runs():
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+SIGTERM_AFTER_RAY_STARTED_IN_A_THREAD = """
+import os, signal, threading, time
+import ray
+from simulator.engine import start_ray
+handled = threading.Event()
+signal.signal(signal.SIGTERM, lambda number, frame: handled.set())
+started = threading.Event()
+def start_and_stay():  # Ray's processes die with the thread that started them
+    start_ray(None)
+    started.set()
+    threading.Event().wait()
+threading.Thread(target=start_and_stay, daemon=True).start()
+started.wait()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.5)
+print("handled" if handled.is_set() else "not handled", flush=True)
+ray.shutdown()
+"""
+
+
+def test_sigterm_reaches_the_drivers_handler_after_ray_started_in_another_thread():
+    """Ray's core worker installs a failure handler for SIGTERM (a stack, then the driver aborts);
+    ``start_ray`` from a thread other than the main one (``ray.while_starting: driver``) puts the
+    process's own action back."""
+    done = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_RAY_STARTED_IN_A_THREAD], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "handled"
+    assert "SIGTERM received" not in done.stderr, done.stderr[-3000:]
