@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with stop_signals():
                 run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume,
-                                                     disconnects_ray=True)
+                                                disconnects_ray=True)
         except RunStopped as err:
             print(f"\nfedssl: {err}", file=sys.stderr)
             return 128 + getattr(signal, err.signal_name)
