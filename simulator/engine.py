@@ -52,9 +52,12 @@ def start_ray(address: str | None) -> bool:
     previous = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     ray_worker_log = logging.getLogger("ray._private.worker")
     ray_worker_log.addFilter(no_sigterm_warning)
+    # A run's own instance starts no idle worker processes ahead: Ray prestarts one per CPU, a run
+    # starts its actors' processes itself, and each spare held ~77 MiB and ~0.5 s of a core here.
+    own_instance = {"_system_config": {"prestart_worker_first_driver": False}} if address == "local" else {}
     try:
         with native_signal_action(signal.SIGTERM, restore=not in_main_thread):
-            ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
+            ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False, **own_instance)
     finally:
         ray_worker_log.removeFilter(no_sigterm_warning)
     if callable(previous):

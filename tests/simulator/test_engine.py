@@ -318,6 +318,49 @@ def test_a_local_run_starts_its_own_ray_while_another_instance_runs():
     assert done.stdout.strip().splitlines()[-1] == "False"
 
 
+NO_IDLE_WORKERS = """
+import os, time
+import ray
+from simulator.engine import start_ray
+def descendants_titled(prefix):
+    parent = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            title = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")[0].decode()
+        except OSError:
+            continue
+        parent[int(pid)] = (int(stat.rsplit(")", 1)[1].split()[1]), title)
+    def below_me(pid):
+        while pid in parent and pid != os.getpid():
+            pid = parent[pid][0]
+        return pid == os.getpid()
+    return [pid for pid, (_, title) in parent.items() if title.startswith(prefix) and below_me(pid)]
+start_ray(None)
+@ray.remote(num_cpus=1)
+class Actor:
+    def ping(self):
+        return os.getpid()
+actor = Actor.remote()
+ray.get(actor.ping.remote())
+idle = 0
+for _ in range(30):
+    time.sleep(0.1)
+    idle = max(idle, len(descendants_titled("ray::IDLE")))
+print(idle, len(descendants_titled("ray::Actor")))
+ray.shutdown()
+"""
+
+
+def test_a_runs_own_ray_starts_no_idle_workers():
+    """Ray prestarts a worker process per CPU; a run's own instance starts only its actors'."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", NO_IDLE_WORKERS], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "0 1"
+
+
 SIGTERM_AFTER_RAY_STARTED_IN_A_THREAD = """
 import os, signal, threading, time
 import ray
