@@ -93,16 +93,21 @@ def study(args) -> int:
     from pathlib import Path
 
     from simulator.data.datasets import DatasetUnavailable
+    from simulator.run import RunStopped, stop_signals
     try:
         if args.command == "sweep":
             from analysis.sweep import markdown, run_sweep
-            rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False)
+            with stop_signals():
+                rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False)
             print(markdown(rows), end="")
         else:
             from analysis.benchmark import format_results, run_benchmark
             scenario = load_scenario(args.scenario, args.overrides)
             check_data(scenario, args.scenario)
             print(format_results(run_benchmark(scenario)), end="")
+    except RunStopped as err:
+        print(f"\nfedssl: {err}; the sweep's later runs were not started", file=sys.stderr)
+        return 128 + getattr(signal, err.signal_name)
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
@@ -146,8 +151,15 @@ def claim(args) -> int:
     for note in stale_notes(scenarios, states):
         print(note, file=sys.stderr)
     from simulator.federation import RunFailure
+    from simulator.run import RunStopped, stop_signals
     try:
-        run_missing(suite, scenarios, states, progress=args.progress)
+        with stop_signals():
+            run_missing(suite, scenarios, states, progress=args.progress)
+    except RunStopped as err:
+        hint = ("or run the claim again: it resumes that run and runs the rest" if err.run_dir is not None
+                else "run the claim again to go on")
+        print(f"\nfedssl: {err}; {hint}", file=sys.stderr)
+        return 128 + getattr(signal, err.signal_name)
     except RunFailure as err:
         print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
               f"{err.last_checkpoint or 'none (it failed before the first)'}; run the claim again to resume",

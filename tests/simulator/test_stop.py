@@ -54,15 +54,17 @@ def metrics_of(run_dir: Path) -> dict:
             if not row["name"].startswith(MACHINE_DEPENDENT)}
 
 
-def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int) -> tuple[subprocess.CompletedProcess, set]:
-    """Start ``fedssl run``, send the signal as soon as round 1's line is printed, wait for the end;
-    returns the outcome and the pids of the processes the run had started by then."""
-    process = subprocess.Popen(fedssl("run", str(scenario), "--out", str(run_dir)), cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, command: list[str] | None = None,
+                        trigger: str = "round 1/") -> tuple[subprocess.CompletedProcess, set]:
+    """Start ``fedssl run`` (or ``command``, another fedssl command line), send the signal as soon as
+    round 1's line (a line starting with ``trigger``) is printed, wait for the end; returns the
+    outcome and the pids of the processes the command had started by then."""
+    command = command or ["run", str(scenario), "--out", str(run_dir)]
+    process = subprocess.Popen(fedssl(*command), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines, started = [], set()
     for line in process.stderr:
         lines.append(line)
-        if line.startswith("round 1/"):
+        if line.startswith(trigger):
             started = descendants(process.pid)
             process.send_signal(signal_number)
             break
@@ -113,3 +115,47 @@ def test_sigterm_stops_a_run_with_one_line(slow_raw, tmp_path, executor):
     assert "Traceback" not in stopped.stderr, stopped.stderr
     assert stopped.stderr.strip().splitlines()[-1].startswith("fedssl: stopped by SIGTERM after round "), stopped.stderr
     assert (tmp_path / "stopped" / "checkpoints").is_dir()
+
+
+def test_sigterm_stops_a_claim_and_leaves_no_process_behind(slow_raw, tmp_path):
+    """``fedssl claim`` runs many runs in one process: a signal ends it as it ends ``fedssl run``
+    (one line, exit 128 + signal, Ray's processes gone), not by the default action that left Ray's
+    agents running."""
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(yaml.safe_dump(slow_raw))
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({
+        "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
+        "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
+        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
+    stopped, started = stop_during_round_2(scenario, tmp_path / "runs", signal.SIGTERM,
+                                           ["claim", str(suite), "--progress"])
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "Traceback" not in stopped.stderr, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("fedssl: stopped by SIGTERM after round ") and last.endswith(
+        "or run the claim again: it resumes that run and runs the rest"), stopped.stderr
+    assert len(started) >= 3
+    deadline = time.time() + 60
+    while alive(started) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive(started), "processes of the claim left behind"
+
+
+def test_sigterm_stops_a_sweep_with_one_line(slow_raw, tmp_path):
+    """The signal lands as the sweep's second run starts, its Ray instance up since the first."""
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(yaml.safe_dump(slow_raw))
+    stopped, started = stop_during_round_2(scenario, tmp_path / "sweep", signal.SIGTERM, [
+        "sweep", str(scenario), "--over", "training.lr=0.01,0.02", "--out", str(tmp_path / "sweep")],
+        trigger="sweep: run 2/2")
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "Traceback" not in stopped.stderr, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("fedssl: stopped by SIGTERM ") and last.endswith("the sweep's later runs were not started"), \
+        stopped.stderr
+    assert len(started) >= 3
+    deadline = time.time() + 60
+    while alive(started) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive(started), "processes of the sweep left behind"
