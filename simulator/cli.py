@@ -108,6 +108,11 @@ def study(args) -> int:
     except RunStopped as err:
         print(f"\nfedssl: {err}; the sweep's later runs were not started", file=sys.stderr)
         return 128 + getattr(signal, err.signal_name)
+    except KeyboardInterrupt as err:  # between two runs
+        name = stop_signals.name_of(err)
+        print(f"\nfedssl: stopped by {name} between two runs; the sweep's later runs were not started",
+              file=sys.stderr)
+        return 128 + getattr(signal, name)
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
@@ -160,6 +165,10 @@ def claim(args) -> int:
                 else "run the claim again to go on")
         print(f"\nfedssl: {err}; {hint}", file=sys.stderr)
         return 128 + getattr(signal, err.signal_name)
+    except KeyboardInterrupt as err:  # between two runs
+        name = stop_signals.name_of(err)
+        print(f"\nfedssl: stopped by {name} between two runs; run the claim again to go on", file=sys.stderr)
+        return 128 + getattr(signal, name)
     except RunFailure as err:
         print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
               f"{err.last_checkpoint or 'none (it failed before the first)'}; run the claim again to resume",

@@ -139,3 +139,39 @@ def test_fedssl_run_disconnects_the_ray_it_started_before_its_last_lines(synthet
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert lines[-3:-1] == ["ray disconnected", f"run directory: {tmp_path / 'run'}"], done.stdout
+
+
+@pytest.mark.parametrize("command", ["claim", "sweep"])
+def test_a_signal_between_two_runs_ends_a_claim_or_sweep_with_one_line(synthetic_raw, tmp_path, capsys, monkeypatch,
+                                                                       command):
+    """Between two runs (outside ``run_scenario``) a signal still ends the command with one line."""
+    import simulator.run
+    calls = []
+
+    def stopped_at_the_second_run(scenario, out=None, progress=True, resume_dir=None, **_):
+        calls.append(out)
+        if len(calls) == 2:
+            raise simulator.run.Stopped("SIGTERM")
+        Path(out).mkdir(parents=True)
+        (Path(out) / "summary.json").write_text(json.dumps({"rounds_completed": scenario["training"]["rounds"],
+                                                             "initial": {}, "final": {}}))
+        return Path(out), {"initial": {}, "final": {}, "rounds_completed": scenario["training"]["rounds"]}
+
+    monkeypatch.setattr(simulator.run, "run_scenario", stopped_at_the_second_run)
+    scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
+    if command == "claim":
+        suite = tmp_path / "suite.yaml"
+        suite.write_text(yaml.safe_dump({
+            "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
+            "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
+            "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
+        argv, hint = ["claim", str(suite)], "run the claim again to go on"
+    else:
+        argv = ["sweep", str(scenario), "--over", "training.lr=0.01,0.02", "--out", str(tmp_path / "sweep")]
+        hint = "the sweep's later runs were not started"
+    monkeypatch.setattr("analysis.sweep.row_of", lambda combo, scenario, summary: {"combo": ",".join(combo)})
+    monkeypatch.setattr("analysis.sweep.write_outputs", lambda rows, keys, out: None)
+    assert main(argv) == 128 + 15
+    err = capsys.readouterr().err
+    assert len(calls) == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"fedssl: stopped by SIGTERM between two runs; {hint}"
