@@ -105,18 +105,26 @@ def study(args) -> int:
             scenario = load_scenario(args.scenario, args.overrides)
             check_data(scenario, args.scenario)
             print(format_results(run_benchmark(scenario)), end="")
-    except RunStopped as err:
-        print(f"\nfedssl: {err}; the sweep's later runs were not started", file=sys.stderr)
-        return 128 + getattr(signal, err.signal_name)
-    except KeyboardInterrupt as err:  # between two runs
-        name = stop_signals.name_of(err)
-        print(f"\nfedssl: stopped by {name} between two runs; the sweep's later runs were not started",
-              file=sys.stderr)
-        return 128 + getattr(signal, name)
+    except (RunStopped, KeyboardInterrupt) as err:
+        return stopped(err, "the sweep's later runs were not started")
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def stopped(err: BaseException, then: str | None = None) -> int:
+    """The one line of a command that a signal stopped (``then``: what the user can do next); its exit
+    code, 128 + the signal. ``err``: a run's :class:`simulator.run.RunStopped`, or the signal's
+    ``KeyboardInterrupt`` where it landed between two runs of a claim or sweep."""
+    from simulator.run import RunStopped, stop_signals
+    if isinstance(err, RunStopped):
+        name, text = err.signal_name, str(err)
+    else:
+        name = stop_signals.name_of(err)
+        text = f"stopped by {name} between two runs"
+    print(f"\nfedssl: {text}" + (f"; {then}" if then else ""), file=sys.stderr)
+    return 128 + getattr(signal, name)
 
 
 def resumable(run_dir: str, overrides: list[str]) -> str:
@@ -160,15 +168,10 @@ def claim(args) -> int:
     try:
         with stop_signals():
             run_missing(suite, scenarios, states, progress=args.progress)
-    except RunStopped as err:
-        hint = ("or run the claim again: it resumes that run and runs the rest" if err.run_dir is not None
-                else "run the claim again to go on")
-        print(f"\nfedssl: {err}; {hint}", file=sys.stderr)
-        return 128 + getattr(signal, err.signal_name)
-    except KeyboardInterrupt as err:  # between two runs
-        name = stop_signals.name_of(err)
-        print(f"\nfedssl: stopped by {name} between two runs; run the claim again to go on", file=sys.stderr)
-        return 128 + getattr(signal, name)
+    except (RunStopped, KeyboardInterrupt) as err:
+        resumable_run = isinstance(err, RunStopped) and err.run_dir is not None
+        return stopped(err, "or run the claim again: it resumes that run and runs the rest" if resumable_run
+                       else "run the claim again to go on")
     except RunFailure as err:
         print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
               f"{err.last_checkpoint or 'none (it failed before the first)'}; run the claim again to resume",
@@ -238,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume,
                                                 disconnects_ray=True)
         except RunStopped as err:
-            print(f"\nfedssl: {err}", file=sys.stderr)
-            return 128 + getattr(signal, err.signal_name)
+            return stopped(err)
         except RunFailure as err:
             # a lost server can be resumed from its checkpoint; a client step that failed would fail again
             resume = (f"; resume it with: fedssl run --resume {err.run_dir}"

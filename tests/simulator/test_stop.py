@@ -45,6 +45,14 @@ def alive(pids: set[int]) -> set[int]:
     return living
 
 
+def assert_gone(pids: set[int], message: str) -> None:
+    """The processes end within a minute (Ray's take a moment to follow their driver)."""
+    deadline = time.time() + 60
+    while alive(pids) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive(pids), message
+
+
 def fedssl(*args) -> list[str]:
     return [sys.executable, "-c", "import sys; from simulator.cli import main; sys.exit(main(sys.argv[1:]))", *args]
 
@@ -89,10 +97,7 @@ def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrup
         f" of 3; resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
     assert "Traceback" not in stopped.stderr, stopped.stderr
     assert len(started) >= 3  # GCS, raylet, the actors' workers...
-    deadline = time.time() + 60
-    while alive(started) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not alive(started), "processes of the run left behind"
+    assert_gone(started, "processes of the run left behind")
     assert not (tmp_path / "stopped" / "summary.json").exists()
 
     resumed = subprocess.run(fedssl("run", "--resume", str(tmp_path / "stopped"), "--quiet"), cwd=REPO,
@@ -136,10 +141,7 @@ def test_sigterm_stops_a_claim_and_leaves_no_process_behind(slow_raw, tmp_path):
     assert last.startswith("fedssl: stopped by SIGTERM after round ") and last.endswith(
         "or run the claim again: it resumes that run and runs the rest"), stopped.stderr
     assert len(started) >= 3
-    deadline = time.time() + 60
-    while alive(started) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not alive(started), "processes of the claim left behind"
+    assert_gone(started, "processes of the claim left behind")
 
 
 def test_sigterm_stops_a_sweep_with_one_line(slow_raw, tmp_path):
@@ -155,7 +157,4 @@ def test_sigterm_stops_a_sweep_with_one_line(slow_raw, tmp_path):
     assert last.startswith("fedssl: stopped by SIGTERM ") and last.endswith("the sweep's later runs were not started"), \
         stopped.stderr
     assert len(started) >= 3
-    deadline = time.time() + 60
-    while alive(started) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not alive(started), "processes of the sweep left behind"
+    assert_gone(started, "processes of the sweep left behind")
