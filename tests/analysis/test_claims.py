@@ -2,6 +2,7 @@
 (runs once, never repeats a finished run, resumes an interrupted one)."""
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,17 @@ def test_the_shipped_suites_are_well_formed():
 
 # ---- end to end through Ray ------------------------------------------------------------------
 
+def git_kept(runs: Path, claim_dir: str) -> list[Path]:
+    """The files under ``runs`` that git would keep were they the suite's ``out`` (``claim_dir``,
+    under the repository's ``results/runs/``)."""
+    files = [p for p in runs.rglob("*") if p.is_file()]
+    names = [f"{claim_dir}/{p.relative_to(runs)}" for p in files]
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"], input="\n".join(names),
+                             capture_output=True, text=True).stdout.split()
+    assert ignored, "results/runs/.gitignore drops nothing: checkpoints and TensorBoard logs would be committed"
+    return [p for p, name in zip(files, names) if name not in set(ignored)]
+
+
 def test_claim_runs_once_never_repeats_and_resumes_an_interrupted_run(synthetic_raw, tmp_path, capsys, monkeypatch):
     import simulator.run
     calls = []
@@ -235,6 +247,19 @@ def test_claim_runs_once_never_repeats_and_resumes_an_interrupted_run(synthetic_
     assert calls == [] and "claim: " not in second.err
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert second.out == first.out
+
+    # a clone holds only what results/runs/.gitignore keeps of a suite's runs: enough to run nothing
+    # and print the same table
+    kept = tmp_path / "kept"
+    for path in git_kept(runs, "results/runs/a_claim"):
+        (kept / path.relative_to(runs)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, kept / path.relative_to(runs))
+    assert sorted(p.name for p in kept.rglob("*") if p.is_file()) == sorted(
+        ["scenario.yaml", "summary.json", "metrics.parquet"] * 4)
+    assert main(["claim", str(suite), "--runs-dir", str(kept)]) == 0
+    fourth = capsys.readouterr()
+    assert calls == [] and "claim: " not in fourth.err
+    assert fourth.out.replace(str(kept), str(runs)) == first.out
 
     # interrupted after its round-1 checkpoint (summary and the round-2 checkpoint never written): resumed
     interrupted = runs / "slow" / "seed_1"
