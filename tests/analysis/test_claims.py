@@ -201,8 +201,8 @@ def git_kept(runs: Path, claim_dir: str) -> list[Path]:
     under the repository's ``results/runs/``)."""
     files = [p for p in runs.rglob("*") if p.is_file()]
     names = [f"{claim_dir}/{p.relative_to(runs)}" for p in files]
-    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"], input="\n".join(names),
-                             capture_output=True, text=True).stdout.split()
+    ignored = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"],
+                             input="\n".join(names), capture_output=True, text=True).stdout.split()
     assert ignored, "results/runs/.gitignore drops nothing: checkpoints and TensorBoard logs would be committed"
     return [p for p, name in zip(files, names) if name not in set(ignored)]
 
