@@ -382,13 +382,26 @@ def gain_over_round0(runs: list[dict], metric: str) -> PairedDifference | None:
     return PairedDifference.of(tuple(r["seed"] for r in runs), tuple(100 * (a - b) for a, b in pairs))
 
 
-def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path) -> tuple[str, str]:
-    """(the markdown report of the claim, its overall verdict)."""
+def finished_seeds(suite: Suite, states: list[RunState]) -> tuple[int, ...]:
+    """The suite's seeds whose runs have finished in every arm."""
+    unfinished = {state.seed for state in states if state.state != "finished"}
+    return tuple(seed for seed in suite.seeds if seed not in unfinished)
+
+
+def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pending: tuple[int, ...] = ()
+                ) -> tuple[str, str]:
+    """(the markdown report of the claim, its overall verdict). ``pending``: the suite's seeds left out
+    of ``suite.seeds`` because their runs have not finished; the report is then an interim one and
+    its verdict is ``no verdict yet`` (the protocol decides on every seed of the suite)."""
     metrics = (suite.primary, *suite.secondary)
     deciding_arms = {c.arm for c in suite.comparisons} | {c.baseline for c in suite.comparisons}
     lines = [f"# Claim: {suite.claim}", ""]
     if suite.paper:
         lines += [f"Paper: {suite.paper}", ""]
+    if pending:
+        lines += [f"**Interim: seeds {','.join(map(str, pending))} of the suite have not finished in every arm; "
+                  f"the table is over the finished seeds and gives no verdict** (the protocol decides on all "
+                  f"{len(suite.seeds) + len(pending)} seeds).", ""]
     lines += [f"Suite `{suite.path}`; runs in `{runs_dir}`; seeds {','.join(map(str, suite.seeds))}. "
               f"Accuracies top-1 in %, round 0 (the arm's random network, same evaluation data) and final.",
               f"Primary metric (decides the verdict): **{suite.primary}**. "
@@ -433,8 +446,12 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path) -> tu
         verdict, reason = decide(d.interval, comparison.direction, comparison.margin)
         verdicts.append(verdict)
         interval = "n/a" if d.interval is None else f"[{d.interval[0]:+.2f}, {d.interval[1]:+.2f}]"
+        outcome = "no verdict yet" if pending else f"**{verdict}** ({reason})"
         lines.append(f"- claimed {comparison.claimed()}: {comparison.arm} − {comparison.baseline} = "
-                     f"{d.mean:+.2f} {interval} points over {len(d.diffs)} seeds → **{verdict}** ({reason})")
+                     f"{d.mean:+.2f} {interval} points over {len(d.diffs)} seeds → {outcome}")
+    if pending:
+        lines += ["", f"**No verdict yet**: {len(suite.seeds)} of {len(suite.seeds) + len(pending)} seeds finished."]
+        return "\n".join(lines) + "\n", "no verdict yet"
     verdict = overall(verdicts)
     lines += ["", f"**Claim {verdict}**" + (" (every comparison must be reproduced)" if len(verdicts) > 1 else "")
               + "."]

@@ -59,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
     claim.add_argument("suite", help="claim suite YAML file (claims/*.yaml)")
     claim.add_argument("--runs-dir", metavar="DIR", help="directory of the suite's runs (default: the suite's out)")
     claim.add_argument("--progress", action="store_true", help="per-round progress lines of each run")
+    claim.add_argument("--no-run", action="store_true",
+                       help="run nothing: print the table over the seeds finished in every arm (an interim one, "
+                            "without a verdict, until every seed has finished)")
     return p
 
 
@@ -153,6 +156,8 @@ def claim(args) -> int:
         scenarios = arm_scenarios(suite)
         runs_dir = Path(args.runs_dir or suite.out)
         states = run_states(suite, scenarios, runs_dir)
+        if args.no_run:
+            return interim_claim(suite, states, runs_dir)
         for state in states:  # every run to start or resume: its data at hand, before any runs
             if state.state == "new":
                 check_data(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
@@ -179,6 +184,28 @@ def claim(args) -> int:
         return 1
     try:
         table, _ = claim_table(suite, read_runs(suite, runs_dir), runs_dir)
+    except (ValueError, OSError) as err:
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
+    print(table, end="")
+    return 0
+
+
+def interim_claim(suite, states, runs_dir) -> int:
+    """``fedssl claim --no-run``: the table over the seeds finished in every arm, running nothing."""
+    import dataclasses
+
+    from analysis.claims import claim_table, finished_seeds, read_runs
+    done = finished_seeds(suite, states)
+    if not done:
+        finished = sum(state.state == "finished" for state in states)
+        print(f"claim: no seed has finished in every arm yet ({finished} of {len(states)} runs finished in "
+              f"{runs_dir}); nothing to show")
+        return 0
+    pending = tuple(seed for seed in suite.seeds if seed not in done)
+    finished = dataclasses.replace(suite, seeds=done)
+    try:
+        table, _ = claim_table(finished, read_runs(finished, runs_dir), runs_dir, pending)
     except (ValueError, OSError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

@@ -98,6 +98,34 @@ def test_table_and_verdict_on_hand_made_numbers(tmp_path, synthetic_raw, capsys)
     assert "**Claim not reproduced** (every comparison must be reproduced)." in out
 
 
+def test_no_run_prints_an_interim_table_over_the_finished_seeds_without_a_verdict(tmp_path, synthetic_raw, capsys,
+                                                                                   monkeypatch):
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("--no-run started a run"))
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    assert main(["claim", str(suite), "--no-run"]) == 0
+    complete = capsys.readouterr().out
+    assert complete.rstrip().endswith("**Claim reproduced**.") and "Interim" not in complete
+
+    # seed 1 of b unfinished (interrupted: its scenario, no summary): seeds 0 and 2 are shown, seed 1 is pending
+    (tmp_path / "runs" / "b" / "seed_1" / "summary.json").unlink()
+    assert main(["claim", str(suite), "--no-run"]) == 0
+    out = capsys.readouterr().out
+    assert "**Interim: seeds 1 of the suite have not finished in every arm" in out
+    assert "the protocol decides on all 3 seeds" in out and "seeds 0,2." in out
+    # a - b on seeds 0 and 2: +2, +4: mean 3, standard error 1, t(0.975, 1) = 12.706: [-9.71, +15.71]
+    assert "claimed a > b: a − b = +3.00 [-9.71, +15.71] points over 2 seeds → no verdict yet" in out
+    assert out.rstrip().endswith("**No verdict yet**: 2 of 3 seeds finished.")
+    assert "**Claim" not in out and "reproduced" not in out
+
+    for seed in (0, 2):  # no seed finished in every arm
+        (tmp_path / "runs" / "b" / f"seed_{seed}" / "summary.json").unlink()
+    assert main(["claim", str(suite), "--no-run"]) == 0
+    assert capsys.readouterr().out == (f"claim: no seed has finished in every arm yet (3 of 6 runs finished in "
+                                       f"{tmp_path / 'runs'}); nothing to show\n")
+
+
 def test_equivalence_inside_and_outside_the_margin(tmp_path, synthetic_raw, capsys):
     # a - b: +0.1, -0.2, +0.1: mean 0, standard error 0.1, [-0.43, +0.43] inside ±1
     finals = {"a": [0.601, 0.598, 0.601], "b": [0.60, 0.60, 0.60]}
