@@ -399,7 +399,9 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     if suite.paper:
         lines += [f"Paper: {suite.paper}", ""]
     if pending:
-        lines += [f"**Interim: seeds {','.join(map(str, pending))} of the suite have not finished in every arm; "
+        unfinished = f"seeds {','.join(map(str, pending))} of the suite have" if len(pending) > 1 else \
+            f"seed {pending[0]} of the suite has"
+        lines += [f"**Interim: {unfinished} not finished in every arm; "
                   f"the table is over the finished seeds and gives no verdict** (the protocol decides on all "
                   f"{len(suite.seeds) + len(pending)} seeds).", ""]
     lines += [f"Suite `{suite.path}`; runs in `{runs_dir}`; seeds {','.join(map(str, suite.seeds))}. "

@@ -112,7 +112,7 @@ def test_no_run_prints_an_interim_table_over_the_finished_seeds_without_a_verdic
     (tmp_path / "runs" / "b" / "seed_1" / "summary.json").unlink()
     assert main(["claim", str(suite), "--no-run"]) == 0
     out = capsys.readouterr().out
-    assert "**Interim: seeds 1 of the suite have not finished in every arm" in out
+    assert "**Interim: seed 1 of the suite has not finished in every arm" in out
     assert "the protocol decides on all 3 seeds" in out and "seeds 0,2." in out
     # a - b on seeds 0 and 2: +2, +4: mean 3, standard error 1, t(0.975, 1) = 12.706: [-9.71, +15.71]
     assert "claimed a > b: a − b = +3.00 [-9.71, +15.71] points over 2 seeds → no verdict yet" in out
