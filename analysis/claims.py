@@ -449,8 +449,9 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         verdicts.append(verdict)
         interval = "n/a" if d.interval is None else f"[{d.interval[0]:+.2f}, {d.interval[1]:+.2f}]"
         outcome = "no verdict yet" if pending else f"**{verdict}** ({reason})"
+        seeds = f"{len(d.diffs)} seed" + ("s" if len(d.diffs) != 1 else "")
         lines.append(f"- claimed {comparison.claimed()}: {comparison.arm} − {comparison.baseline} = "
-                     f"{d.mean:+.2f} {interval} points over {len(d.diffs)} seeds → {outcome}")
+                     f"{d.mean:+.2f} {interval} points over {seeds} → {outcome}")
     if pending:
         lines += ["", f"**No verdict yet**: {len(suite.seeds)} of {len(suite.seeds) + len(pending)} seeds finished."]
         return "\n".join(lines) + "\n", "no verdict yet"
