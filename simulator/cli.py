@@ -148,8 +148,7 @@ def claim(args) -> int:
     claim's table and verdict. A bad suite is one error line and exit 2 before anything is written."""
     from pathlib import Path
 
-    from analysis.claims import (arm_scenarios, claim_table, read_runs, read_suite, run_missing, run_states,
-                                 stale_notes)
+    from analysis.claims import arm_scenarios, read_suite, run_missing, run_states, stale_notes
     from simulator.data.datasets import DatasetUnavailable
     try:
         suite = read_suite(args.suite)
@@ -182,30 +181,29 @@ def claim(args) -> int:
               f"{err.last_checkpoint or 'none (it failed before the first)'}; run the claim again to resume",
               file=sys.stderr)
         return 1
-    try:
-        table, _ = claim_table(suite, read_runs(suite, runs_dir), runs_dir)
-    except (ValueError, OSError) as err:
-        print(f"fedssl: error: {err}", file=sys.stderr)
-        return 2
-    print(table, end="")
-    return 0
+    return print_claim_table(suite, runs_dir)
 
 
 def interim_claim(suite, states, runs_dir) -> int:
     """``fedssl claim --no-run``: the table over the seeds finished in every arm, running nothing."""
     import dataclasses
 
-    from analysis.claims import claim_table, finished_seeds, read_runs
+    from analysis.claims import finished_seeds
     done = finished_seeds(suite, states)
     if not done:
-        finished = sum(state.state == "finished" for state in states)
-        print(f"claim: no seed has finished in every arm yet ({finished} of {len(states)} runs finished in "
+        runs_finished = sum(state.state == "finished" for state in states)
+        print(f"claim: no seed has finished in every arm yet ({runs_finished} of {len(states)} runs finished in "
               f"{runs_dir}); nothing to show")
         return 0
     pending = tuple(seed for seed in suite.seeds if seed not in done)
-    finished = dataclasses.replace(suite, seeds=done)
+    return print_claim_table(dataclasses.replace(suite, seeds=done), runs_dir, pending)
+
+
+def print_claim_table(suite, runs_dir, pending: tuple[int, ...] = ()) -> int:
+    """Print the claim's table over ``suite.seeds`` (``pending``: the seeds left out, unfinished)."""
+    from analysis.claims import claim_table, read_runs
     try:
-        table, _ = claim_table(finished, read_runs(finished, runs_dir), runs_dir, pending)
+        table, _ = claim_table(suite, read_runs(suite, runs_dir), runs_dir, pending)
     except (ValueError, OSError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
