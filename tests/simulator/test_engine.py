@@ -339,26 +339,27 @@ def descendants_titled(prefix):
 start_ray(None)
 @ray.remote(num_cpus=1)
 class Actor:
-    def ping(self):
-        return os.getpid()
+    def niceness(self):
+        return os.getpriority(os.PRIO_PROCESS, 0)
 actor = Actor.remote()
-ray.get(actor.ping.remote())
+actor_niceness = ray.get(actor.niceness.remote())
 idle = 0
 for _ in range(30):
     time.sleep(0.1)
     idle = max(idle, len(descendants_titled("ray::IDLE")))
-print(idle, len(descendants_titled("ray::Actor")))
+print(idle, len(descendants_titled("ray::Actor")), actor_niceness - os.getpriority(os.PRIO_PROCESS, 0))
 ray.shutdown()
 """
 
 
-def test_a_runs_own_ray_starts_no_idle_workers():
-    """Ray prestarts a worker process per CPU; a run's own instance starts only its actors'."""
+def test_a_runs_own_ray_starts_only_its_actors_at_the_drivers_priority():
+    """Ray prestarts a worker process per CPU and lowers its workers' priority (niceness +15); a run's
+    own instance starts only its actors' processes, at the driver's priority."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run([sys.executable, "-c", NO_IDLE_WORKERS], capture_output=True, text=True, timeout=300,
                           env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "0 1"
+    assert done.stdout.strip().splitlines()[-1] == "0 1 0"
 
 
 SIGTERM_AFTER_RAY_STARTED_IN_A_THREAD = """
