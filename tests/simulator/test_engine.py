@@ -318,7 +318,7 @@ def test_a_local_run_starts_its_own_ray_while_another_instance_runs():
     assert done.stdout.strip().splitlines()[-1] == "False"
 
 
-NO_IDLE_WORKERS = """
+OWN_INSTANCE_WORKERS = """
 import os, time
 import ray
 from simulator.engine import start_ray
@@ -356,7 +356,7 @@ def test_a_runs_own_ray_starts_only_its_actors_at_the_drivers_priority():
     """Ray prestarts a worker process per CPU and lowers its workers' priority (niceness +15); a run's
     own instance starts only its actors' processes, at the driver's priority."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run([sys.executable, "-c", NO_IDLE_WORKERS], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", OWN_INSTANCE_WORKERS], capture_output=True, text=True, timeout=300,
                           env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "0 1 0"
