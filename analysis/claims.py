@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from analysis.report import PairedDifference, mean_std
+from analysis.report import LEARNING_MARGINS, PairedDifference, learning_table, mean_std
 from simulator.scenario import ScenarioError, load_scenario, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
@@ -440,6 +440,9 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
             cells.append("n/a" if d is None else d.cell())
         kind = "decides" if comparison.direction is not None else "secondary, decides nothing"
         lines.append(f"| {comparison.arm} − {comparison.baseline} | {kind} | " + " | ".join(cells) + " |")
+    by_arm = [{**run, "name": name} for name in suite.arms for run in runs[name]]
+    lines += ["", "## Per run: gain over its own round 0 (decides nothing)", "",
+              learning_table(by_arm, LEARNING_MARGINS).rstrip("\n").replace("| scenario |", "| arm |", 1)]
     lines += ["", f"## Verdict (decided only by the primary metric, {suite.primary}; secondary metrics and "
                   f"secondary comparisons decide nothing)", ""]
     verdicts = []

@@ -124,6 +124,61 @@ def markdown_table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The CPU regime's learning margins (issue 15, item 4; results/protocol.md): a run has learned when it
+# beats its own random round-0 network by at least this many points.
+LEARNING_MARGINS = {"linear_top1": 4.0, "knn_top1": 2.0}
+
+
+def parse_margins(items: list[str] | None) -> dict[str, float]:
+    """``--margin METRIC=POINTS`` items over :data:`LEARNING_MARGINS` (replacing them when given)."""
+    if not items:
+        return dict(LEARNING_MARGINS)
+    margins = {}
+    for item in items:
+        metric, _, points = item.partition("=")
+        try:
+            margins[metric] = float(points)
+        except ValueError:
+            raise ValueError(f"--margin: expected METRIC=POINTS, e.g. knn_top1=2, got {item!r}") from None
+        if not metric or not margins[metric] >= 0:
+            raise ValueError(f"--margin: expected METRIC=POINTS with a metric name and POINTS >= 0, got {item!r}")
+    return margins
+
+
+def learning_verdict(run: dict, margins: dict[str, float]) -> str:
+    """Whether ``run`` beats its own round-0 network: on every margin metric by its margin (points),
+    else the metrics it is not above round 0 on, else those below their margins."""
+    gains = {m: 100 * (run["final"][m] - run["initial"][m]) for m in margins}
+    flat = [m for m, g in gains.items() if g <= 0]
+    if flat:
+        return "**not above its round-0 network** on " + ", ".join(f"{m} ({gains[m]:+.2f})" for m in flat)
+    short = [m for m, g in gains.items() if g < margins[m]]
+    if short:
+        return "**below the margin** on " + ", ".join(f"{m} ({gains[m]:+.2f} < +{margins[m]:g})" for m in short)
+    return "clears the margins"
+
+
+def learning_table(runs: list[dict], margins: dict[str, float]) -> str:
+    """Each run's final minus its own round 0 (points) on every shown metric, and whether it clears
+    the learning ``margins`` ({metric: points}), with the count of runs that do."""
+    missing = sorted({m for m in margins for run in runs if m not in run["initial"] or m not in run["final"]})
+    if missing:
+        raise ValueError(f"--margin: expected metrics every run has ({', '.join(shown_metrics(runs))}), "
+                         f"got {', '.join(missing)}")
+    shown = shown_metrics(runs)
+    lines = ["| scenario | seed | " + " | ".join(f"{m} final − round 0" for m in shown) + " | learned? |",
+             "|" + "---|" * (len(shown) + 3)]
+    cleared = 0
+    for run in sorted(runs, key=lambda r: (r["name"], r["seed"])):
+        verdict = learning_verdict(run, margins)
+        cleared += verdict == "clears the margins"
+        gains = " | ".join(f"{100 * (run['final'][m] - run['initial'][m]):+.2f}" for m in shown)
+        lines.append(f"| {run['name']} | {run['seed']} | {gains} | {verdict} |")
+    rule = ", ".join(f"{m} ≥ +{p:g}" for m, p in margins.items())
+    return ("\n".join(lines) + f"\n\nGain over the run's own random round-0 network, in points. {cleared} of "
+            f"{len(runs)} runs clear the learning margins ({rule} points over round 0).\n")
+
+
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
     """The Student-t confidence interval of the mean of ``values`` (n - 1 degrees of freedom), or
     None for fewer than two values."""

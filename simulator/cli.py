@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
         table.add_argument("runs", nargs="+", help=runs_help)
         table.add_argument("--baseline", metavar="NAME",
                            help="also print each scenario minus this scenario, paired by seed")
+        table.add_argument("--margin", dest="margins", action="append", metavar="METRIC=POINTS",
+                           help="a learning margin over the run's round-0 network (repeatable; default: "
+                                "linear_top1=4 and knn_top1=2, the protocol's)")
         if name == "report":
             table.add_argument("--plot", metavar="DIR",
                                help="also write learning curves (mean ± std over seeds) to DIR: PNGs, curves.parquet")
@@ -66,20 +69,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | None = None,
-           plot: str | None = None, metrics: list[str] | None = None) -> int:
+           plot: str | None = None, metrics: list[str] | None = None, margins: list[str] | None = None) -> int:
     """``fedssl report`` (the runs' own numbers, and their learning curves in ``plot``) or, with
     ``overrides`` given, ``fedssl evaluate``."""
     from pathlib import Path
 
-    from analysis.report import markdown_table, paired_table, read_run
+    from analysis.report import learning_table, markdown_table, paired_table, parse_margins, read_run
     from simulator.data.datasets import DatasetUnavailable
     try:
+        learning_margins = parse_margins(margins)
         if overrides is None:
             runs = [read_run(Path(d)) for d in run_dirs]
         else:
             from analysis.reevaluate import evaluate_run
             runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
-        tables = [markdown_table(runs)] + ([paired_table(runs, baseline)] if baseline else [])
+        tables = [markdown_table(runs), learning_table(runs, learning_margins)]
+        tables += [paired_table(runs, baseline)] if baseline else []
         if plot:
             from analysis.curves import DEFAULT_METRICS, learning_curves, write_curves
             paths = write_curves(learning_curves(runs, tuple(metrics or DEFAULT_METRICS)), Path(plot))
@@ -238,9 +243,9 @@ def check_data(scenario: dict, source: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "report":
-        return report(args.runs, args.baseline, plot=args.plot, metrics=args.metrics)
+        return report(args.runs, args.baseline, plot=args.plot, metrics=args.metrics, margins=args.margins)
     if args.command == "evaluate":
-        return report(args.runs, args.baseline, args.overrides)
+        return report(args.runs, args.baseline, args.overrides, margins=args.margins)
     from simulator.data.datasets import DatasetUnavailable
     if args.command in ("sweep", "benchmark"):
         return study(args)

@@ -92,6 +92,10 @@ def test_table_and_verdict_on_hand_made_numbers(tmp_path, synthetic_raw, capsys)
     assert "+13.00 [+10.52, +15.48] (ahead on 3/3) |" in out
     assert "| a − b | decides | +3.00 [+0.52, +5.48] (ahead on 3/3) | +0.00 [-12.42, +12.42] (ahead on 1/3) |" in out
     assert "| c − b | decides | +3.00 [-3.57, +9.57] (ahead on 3/3) |" in out
+    # every run's own gain over round 0 and whether it clears the learning margins (knn, then probe)
+    assert "| arm | seed | knn_top1 final − round 0 | linear_top1 final − round 0 | learned? |" in out
+    assert "| a | 2 | +5.00 | +14.00 | clears the margins |" in out
+    assert "9 of 9 runs clear the learning margins" in out
     assert "decided only by the primary metric, linear_top1" in out
     assert "claimed a > b: a − b = +3.00 [+0.52, +5.48] points over 3 seeds → **reproduced**" in out
     assert "claimed c > b: c − b = +3.00 [-3.57, +9.57] points over 3 seeds → **not reproduced**" in out

@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from analysis.report import by_scenario, markdown_table, paired_difference, paired_table, read_run, t_interval
+from analysis.report import LEARNING_MARGINS, by_scenario, learning_table, markdown_table, paired_difference, paired_table, read_run, t_interval
 from simulator.cli import main
 
 
@@ -151,3 +151,36 @@ def test_label_efficient_metrics_are_shown_by_fraction_when_every_run_has_them(t
     assert "pct" not in markdown_table(runs + [older])
     assert main(["report", *map(str, dirs)]) == 0
     assert header in capsys.readouterr().out
+
+
+def test_learning_table_gives_each_runs_gain_over_its_round_0_and_whether_it_clears_the_margins(tmp_path, capsys):
+    # round 0: kNN 0.50, probe 0.60 (fake_run); finals: probe 0.70 (+10) everywhere
+    dirs = [fake_run(tmp_path, "a", 0, 0.53), fake_run(tmp_path, "a", 1, 0.515), fake_run(tmp_path, "b", 0, 0.49)]
+    runs = [read_run(d) for d in dirs]
+    table = learning_table(runs, LEARNING_MARGINS)
+    assert "| scenario | seed | knn_top1 final − round 0 | linear_top1 final − round 0 | learned? |" in table
+    assert "| a | 0 | +3.00 | +10.00 | clears the margins |" in table
+    assert "| a | 1 | +1.50 | +10.00 | **below the margin** on knn_top1 (+1.50 < +2) |" in table
+    assert "| b | 0 | -1.00 | +10.00 | **not above its round-0 network** on knn_top1 (-1.00) |" in table
+    assert "1 of 3 runs clear the learning margins (linear_top1 ≥ +4, knn_top1 ≥ +2 points over round 0)" in table
+    # the probe's margin decides too: +10 is below a margin of 11
+    assert "**below the margin** on linear_top1 (+10.00 < +11)" in learning_table(runs[:1], {"linear_top1": 11.0})
+    # fedssl report prints it, with margins of the user's
+    assert main(["report", *map(str, dirs)]) == 0
+    assert "| a | 1 | +1.50 | +10.00 | **below the margin**" in capsys.readouterr().out
+    assert main(["report", *map(str, dirs), "--margin", "knn_top1=1"]) == 0
+    out = capsys.readouterr().out
+    assert "| a | 1 | +1.50 | +10.00 | clears the margins |" in out and "2 of 3 runs" in out
+    assert "(knn_top1 ≥ +1 points over round 0)" in out
+
+
+@pytest.mark.parametrize("margin, message", [
+    ("knn_top1", "--margin: expected METRIC=POINTS, e.g. knn_top1=2, got 'knn_top1'"),
+    ("knn_top1=-1", "--margin: expected METRIC=POINTS with a metric name and POINTS >= 0, got 'knn_top1=-1'"),
+    ("nope=2", "--margin: expected metrics every run has (knn_top1, linear_top1), got nope"),
+])
+def test_a_bad_margin_is_one_line_exit_2(tmp_path, capsys, margin, message):
+    run_dir = fake_run(tmp_path, "a", 0, 0.53)
+    assert main(["report", str(run_dir), "--margin", margin]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"fedssl: error: {message}\n" and captured.out == ""
