@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,21 @@ def choices() -> dict[str, tuple[str, ...]]:
     }
 
 
+class ScenarioLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's floats: ``1e-3`` and ``5E-4`` are numbers (YAML 1.1, which
+    PyYAML follows, reads an exponent without a dot, as researchers write learning rates, as a string)."""
+
+
+ScenarioLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_yaml(text: str) -> Any:
+    """A YAML document read by :class:`ScenarioLoader`."""
+    return yaml.load(text, Loader=ScenarioLoader)
+
+
 def read_yaml(path: str | Path) -> Any:
     """The YAML document in ``path`` (``None`` when empty); an unreadable file or invalid YAML raises
     ``ScenarioError`` (``FILE: -: cannot read the file (...)``, ``FILE: line N: not valid YAML (...)``)."""
@@ -106,7 +122,7 @@ def read_yaml(path: str | Path) -> Any:
     except OSError as err:
         raise ScenarioError(source, "-", f"cannot read the file ({err.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "-"
@@ -135,7 +151,7 @@ def apply_override(raw: dict, item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ScenarioError("--set", key, f"{part!r} is not a section")
-    node[parts[-1]] = yaml.safe_load(value)
+    node[parts[-1]] = parse_yaml(value)
 
 
 def resolve(raw: dict, source: str = "<scenario>") -> dict[str, Any]:

@@ -65,6 +65,16 @@ def test_set_overrides_parse_yaml_values(tmp_path):
         load_scenario(write(tmp_path, {}), ["training"])
 
 
+def test_numbers_with_an_exponent_and_no_dot_are_numbers_in_files_and_overrides(tmp_path):
+    # PyYAML (YAML 1.1) reads 5e-4 as the string '5e-4'; scenarios read it as YAML 1.2 does
+    path = tmp_path / "s.yaml"
+    path.write_text("training:\n  lr: 1e-3\n  weight_decay: 5E-4\n")
+    scenario = load_scenario(path, ["method.server_lr=2.5e-3", "training.momentum=9e-1"])
+    assert scenario["training"]["lr"] == 0.001 and scenario["training"]["weight_decay"] == 0.0005
+    assert scenario["method"]["server_lr"] == 0.0025 and scenario["training"]["momentum"] == 0.9
+    assert load_scenario(path, ["name=run1e5"])["name"] == "run1e5"  # not a number: still a string
+
+
 def test_unreadable_and_invalid_yaml_files(tmp_path):
     with pytest.raises(ScenarioError, match="cannot read the file"):
         load_scenario(tmp_path / "missing.yaml")
