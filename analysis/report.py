@@ -176,7 +176,8 @@ def learning_table(runs: list[dict], margins: dict[str, float]) -> str:
         lines.append(f"| {run['name']} | {run['seed']} | {gains} | {verdict} |")
     rule = ", ".join(f"{m} ≥ +{p:g}" for m, p in margins.items())
     return ("\n".join(lines) + f"\n\nGain over the run's own random round-0 network, in points. {cleared} of "
-            f"{len(runs)} runs clear the learning margins ({rule} points over round 0).\n")
+            f"{len(runs)} runs clear the learning margins ({rule} points over round 0); the other columns are "
+            "shown, not judged.\n")
 
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
