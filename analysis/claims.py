@@ -442,7 +442,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         lines.append(f"| {comparison.arm} − {comparison.baseline} | {kind} | " + " | ".join(cells) + " |")
     by_arm = [{**run, "name": name} for name in suite.arms for run in runs[name]]
     lines += ["", "## Per run: gain over its own round 0 (decides nothing)", "",
-              learning_table(by_arm, LEARNING_MARGINS).rstrip("\n").replace("| scenario |", "| arm |", 1)]
+              learning_table(by_arm, LEARNING_MARGINS, label="arm").rstrip("\n")]
     lines += ["", f"## Verdict (decided only by the primary metric, {suite.primary}; secondary metrics and "
                   f"secondary comparisons decide nothing)", ""]
     verdicts = []

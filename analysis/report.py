@@ -145,10 +145,15 @@ def parse_margins(items: list[str] | None) -> dict[str, float]:
     return margins
 
 
+def points_over_round0(run: dict, metric: str) -> float:
+    """``run``'s final minus its round-0 ``metric``, in points."""
+    return 100 * (run["final"][metric] - run["initial"][metric])
+
+
 def learning_verdict(run: dict, margins: dict[str, float]) -> str:
     """Whether ``run`` beats its own round-0 network: on every margin metric by its margin (points),
     else the metrics it is not above round 0 on, else those below their margins."""
-    gains = {m: 100 * (run["final"][m] - run["initial"][m]) for m in margins}
+    gains = {m: points_over_round0(run, m) for m in margins}
     flat = [m for m, g in gains.items() if g <= 0]
     if flat:
         return "**not above its round-0 network** on " + ", ".join(f"{m} ({gains[m]:+.2f})" for m in flat)
@@ -158,21 +163,22 @@ def learning_verdict(run: dict, margins: dict[str, float]) -> str:
     return "clears the margins"
 
 
-def learning_table(runs: list[dict], margins: dict[str, float]) -> str:
+def learning_table(runs: list[dict], margins: dict[str, float], label: str = "scenario") -> str:
     """Each run's final minus its own round 0 (points) on every shown metric, and whether it clears
-    the learning ``margins`` ({metric: points}), with the count of runs that do."""
+    the learning ``margins`` ({metric: points}), with the count of runs that do; ``label`` heads the
+    column of the runs' names."""
     missing = sorted({m for m in margins for run in runs if m not in run["initial"] or m not in run["final"]})
     if missing:
         raise ValueError(f"--margin: expected metrics every run has ({', '.join(shown_metrics(runs))}), "
                          f"got {', '.join(missing)}")
     shown = shown_metrics(runs)
-    lines = ["| scenario | seed | " + " | ".join(f"{m} final − round 0" for m in shown) + " | learned? |",
+    lines = [f"| {label} | seed | " + " | ".join(f"{m} final − round 0" for m in shown) + " | learned? |",
              "|" + "---|" * (len(shown) + 3)]
     cleared = 0
     for run in sorted(runs, key=lambda r: (r["name"], r["seed"])):
         verdict = learning_verdict(run, margins)
         cleared += verdict == "clears the margins"
-        gains = " | ".join(f"{100 * (run['final'][m] - run['initial'][m]):+.2f}" for m in shown)
+        gains = " | ".join(f"{points_over_round0(run, m):+.2f}" for m in shown)
         lines.append(f"| {run['name']} | {run['seed']} | {gains} | {verdict} |")
     rule = ", ".join(f"{m} ≥ +{p:g}" for m, p in margins.items())
     return ("\n".join(lines) + f"\n\nGain over the run's own random round-0 network, in points. {cleared} of "

@@ -5,7 +5,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from analysis.report import LEARNING_MARGINS, by_scenario, learning_table, markdown_table, paired_difference, paired_table, read_run, t_interval
+from analysis.report import (LEARNING_MARGINS, by_scenario, learning_table, markdown_table, paired_difference,
+                             paired_table, read_run, t_interval)
 from simulator.cli import main
 
 
