@@ -125,7 +125,8 @@ def stopped(err: BaseException, then: str | None = None) -> int:
     """The one line of a command that a signal stopped (``then``: what the user can do next); its exit
     code, 128 + the signal. ``err``: a run's :class:`simulator.run.RunStopped`, or the signal's
     ``KeyboardInterrupt`` where it landed between two runs of a claim or sweep."""
-    from simulator.run import RunStopped, stop_signals
+    from simulator.run import RunStopped, disconnect_ray, stop_signals
+    disconnect_ray()
     if isinstance(err, RunStopped):
         name, text = err.signal_name, str(err)
     else:

@@ -69,6 +69,12 @@ def start_ray(address: str | None) -> bool:
     return True
 
 
+def disconnect_ray() -> None:
+    """Disconnects the process from Ray, where it is connected (:func:`simulator.run.disconnect_ray`)."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 class native_signal_action:
     """Puts a signal's process-wide action (``sigaction``, not Python's view of it) back as it was
     on entry, where ``restore``: ``signal.signal`` can do it only from the main thread."""

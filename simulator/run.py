@@ -4,6 +4,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -82,6 +83,14 @@ class stop_signals:
     def __exit__(self, *exc):
         for number, handler in self.saved.items():
             signal.signal(number, handler)
+
+
+def disconnect_ray() -> None:
+    """Disconnects the process from a Ray instance that a sweep's or claim's runs shared (a run of its
+    own disconnects at its end), so that Ray's last log lines (its processes stopping) come before a
+    command's own last line, not after it. Imports no Ray where none was started."""
+    if "simulator.engine" in sys.modules:
+        sys.modules["simulator.engine"].disconnect_ray()
 
 
 def start_federation(scenario: dict[str, Any], disconnects_ray: bool = False):
