@@ -1,6 +1,7 @@
 """Clean stops: SIGINT or SIGTERM during a run ends it with one line naming the round it reached and
 the command that resumes it; no process is left behind, and the resumed run ends where an
 uninterrupted one does."""
+import os
 import signal
 import subprocess
 import sys
@@ -158,3 +159,27 @@ def test_sigterm_stops_a_sweep_with_one_line(slow_raw, tmp_path):
         stopped.stderr
     assert len(started) >= 3
     assert_gone(started, "processes of the sweep left behind")
+
+
+STOP_LINE_WITH_RAY_SHARED = """
+import sys
+from simulator.engine import start_ray
+from simulator.cli import stopped
+from simulator.run import RunStopped
+import ray
+start_ray(None)  # as a sweep's or claim's runs leave it: connected, shared by the runs
+code = stopped(RunStopped("SIGTERM", None, None, 3), "the sweep's later runs were not started")
+print("connected" if ray.is_initialized() else "disconnected", code, flush=True)
+"""
+
+
+def test_the_stop_line_of_a_sweep_or_claim_comes_after_ray_is_disconnected():
+    """Ray forwards its processes' last log lines (e.g. a GCS line about killed actors) to the driver's
+    stderr until it disconnects; a sweep's or claim's one line must be the last, so the command
+    disconnects from the Ray instance its runs shared before printing it."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", STOP_LINE_WITH_RAY_SHARED], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == f"disconnected {128 + signal.SIGTERM}", done.stdout
+    assert done.stderr.strip().splitlines()[-1].startswith("fedssl: stopped by SIGTERM"), done.stderr[-3000:]
