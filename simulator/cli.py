@@ -101,11 +101,11 @@ def study(args) -> int:
     from pathlib import Path
 
     from simulator.data.datasets import DatasetUnavailable
-    from simulator.run import RunStopped, stop_signals
+    from simulator.run import RunStopped, ray_connection_of_the_command, stop_signals
     try:
         if args.command == "sweep":
             from analysis.sweep import markdown, run_sweep
-            with stop_signals():
+            with stop_signals(), ray_connection_of_the_command():
                 rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False)
             print(markdown(rows), end="")
         else:
@@ -125,8 +125,7 @@ def stopped(err: BaseException, then: str | None = None) -> int:
     """The one line of a command that a signal stopped (``then``: what the user can do next); its exit
     code, 128 + the signal. ``err``: a run's :class:`simulator.run.RunStopped`, or the signal's
     ``KeyboardInterrupt`` where it landed between two runs of a claim or sweep."""
-    from simulator.run import RunStopped, disconnect_ray, stop_signals
-    disconnect_ray()
+    from simulator.run import RunStopped, stop_signals
     if isinstance(err, RunStopped):
         name, text = err.signal_name, str(err)
     else:
@@ -174,9 +173,9 @@ def claim(args) -> int:
     for note in stale_notes(scenarios, states):
         print(note, file=sys.stderr)
     from simulator.federation import RunFailure
-    from simulator.run import RunStopped, stop_signals
+    from simulator.run import RunStopped, ray_connection_of_the_command, stop_signals
     try:
-        with stop_signals():
+        with stop_signals(), ray_connection_of_the_command():
             run_missing(suite, scenarios, states, progress=args.progress)
     except (RunStopped, KeyboardInterrupt) as err:
         resumable_run = isinstance(err, RunStopped) and err.run_dir is not None

@@ -69,10 +69,14 @@ def start_ray(address: str | None) -> bool:
     return True
 
 
+def ray_connected() -> bool:
+    """Whether the process is connected to Ray (:class:`simulator.run.ray_connection_of_the_command`)."""
+    return ray.is_initialized()
+
+
 def disconnect_ray() -> None:
-    """Disconnects the process from Ray, where it is connected (:func:`simulator.run.disconnect_ray`)."""
-    if ray.is_initialized():
-        ray.shutdown()
+    """Disconnects the process from Ray (:class:`simulator.run.ray_connection_of_the_command`)."""
+    ray.shutdown()
 
 
 class native_signal_action:

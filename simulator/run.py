@@ -85,12 +85,25 @@ class stop_signals:
             signal.signal(number, handler)
 
 
-def disconnect_ray() -> None:
-    """Disconnects the process from a Ray instance that a sweep's or claim's runs shared (a run of its
-    own disconnects at its end), so that Ray's last log lines (its processes stopping) come before a
-    command's own last line, not after it. Imports no Ray where none was started."""
-    if "simulator.engine" in sys.modules:
-        sys.modules["simulator.engine"].disconnect_ray()
+class ray_connection_of_the_command:
+    """A command whose runs share one Ray connection (``fedssl sweep``, ``fedssl claim``: the first run
+    connects, the next ones reuse it) runs them in this block. A connection the block made is
+    disconnected at its end, also when a signal stopped it, so that Ray's last log lines (its
+    processes stopping) come before the command's own last line instead of after it. A connection
+    that existed before the block (a caller's own) stays. Imports no Ray where none was started."""
+
+    def __enter__(self):
+        self.connected_before = self.connected()
+        return self
+
+    def __exit__(self, *exc):
+        if not self.connected_before and self.connected():
+            sys.modules["simulator.engine"].disconnect_ray()
+
+    @staticmethod
+    def connected() -> bool:
+        engine = sys.modules.get("simulator.engine")
+        return engine is not None and engine.ray_connected()
 
 
 def start_federation(scenario: dict[str, Any], disconnects_ray: bool = False):

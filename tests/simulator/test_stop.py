@@ -161,25 +161,41 @@ def test_sigterm_stops_a_sweep_with_one_line(slow_raw, tmp_path):
     assert_gone(started, "processes of the sweep left behind")
 
 
-STOP_LINE_WITH_RAY_SHARED = """
+
+SWEEP_STOPPED_AFTER_RAY_CONNECTED = """
 import sys
-from simulator.engine import start_ray
-from simulator.cli import stopped
-from simulator.run import RunStopped
 import ray
-start_ray(None)  # as a sweep's or claim's runs leave it: connected, shared by the runs
-code = stopped(RunStopped("SIGTERM", None, None, 3), "the sweep's later runs were not started")
+import simulator.run
+from simulator.cli import main
+from simulator.engine import start_ray
+
+
+def connects_then_stops(scenario, out=None, **_):  # a sweep's first run connects; the signal lands in it
+    start_ray(None)
+    raise simulator.run.Stopped("SIGTERM")
+
+
+simulator.run.run_scenario = connects_then_stops
+scenario, out, connect_first = sys.argv[1:]
+if connect_first == "yes":  # the caller's own connection, made before the command
+    start_ray(None)
+code = main(["sweep", scenario, "--over", "training.lr=0.01,0.02", "--out", out])
 print("connected" if ray.is_initialized() else "disconnected", code, flush=True)
 """
 
 
-def test_the_stop_line_of_a_sweep_or_claim_comes_after_ray_is_disconnected():
+@pytest.mark.parametrize("connect_first, after", [("no", "disconnected"), ("yes", "connected")])
+def test_a_stopped_sweep_disconnects_the_ray_its_runs_connected_before_its_last_line(slow_raw, tmp_path,
+                                                                                    connect_first, after):
     """Ray forwards its processes' last log lines (e.g. a GCS line about killed actors) to the driver's
-    stderr until it disconnects; a sweep's or claim's one line must be the last, so the command
-    disconnects from the Ray instance its runs shared before printing it."""
+    stderr until it disconnects; a sweep's one stop line must be the last, so the command disconnects
+    the Ray connection its runs made before printing it, and leaves a connection its caller made."""
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(yaml.safe_dump(slow_raw))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run([sys.executable, "-c", STOP_LINE_WITH_RAY_SHARED], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, env=env)
+    done = subprocess.run([sys.executable, "-c", SWEEP_STOPPED_AFTER_RAY_CONNECTED, str(scenario),
+                           str(tmp_path / "sweep"), connect_first], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == f"disconnected {128 + signal.SIGTERM}", done.stdout
+    assert done.stdout.strip().splitlines()[-1] == f"{after} {128 + signal.SIGTERM}", done.stdout
     assert done.stderr.strip().splitlines()[-1].startswith("fedssl: stopped by SIGTERM"), done.stderr[-3000:]
