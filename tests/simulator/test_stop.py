@@ -161,7 +161,6 @@ def test_sigterm_stops_a_sweep_with_one_line(slow_raw, tmp_path):
     assert_gone(started, "processes of the sweep left behind")
 
 
-
 SWEEP_STOPPED_AFTER_RAY_CONNECTED = """
 import sys
 import ray
