@@ -265,11 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
         from simulator.federation import RunFailure, ServerFailure
-        from simulator.run import RunStopped, run_scenario, stop_signals
+        from simulator.run import RunStopped, ray_connection_of_the_command, run_scenario, stop_signals
         try:
-            with stop_signals():
-                run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume,
-                                                disconnects_ray=True)
+            with stop_signals(), ray_connection_of_the_command():
+                run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
         except RunStopped as err:
             return stopped(err)
         except RunFailure as err:

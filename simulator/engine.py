@@ -33,13 +33,13 @@ from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResul
 from simulator.resources import memory_mb, threads
 
 
-def start_ray(address: str | None) -> bool:
+def start_ray(address: str | None) -> None:
     """Join ``address`` (``auto``: the cluster this machine belongs to) or, for None, start a local
     instance of this run's own (``ray.init()`` alone would join any Ray instance already running on
-    the machine); ``$RAY_ADDRESS``, as ``ray job submit`` sets it, is joined. True where this call
-    connected the process to Ray (False: a caller had), so that the run disconnects it at its end."""
+    the machine); ``$RAY_ADDRESS``, as ``ray job submit`` sets it, is joined. A process already
+    connected (a caller's own connection, or a command's earlier run) stays on its instance."""
     if ray.is_initialized():
-        return False
+        return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     if address is None:
         address = os.environ.get("RAY_ADDRESS", "local")
@@ -66,7 +66,6 @@ def start_ray(address: str | None) -> bool:
         ray_worker_log.removeFilter(no_sigterm_warning)
     if callable(previous):
         signal.signal(signal.SIGTERM, previous)
-    return True
 
 
 def ray_connected() -> bool:
@@ -426,18 +425,19 @@ class EvaluatorInActor:
         ray.kill(self.actor)
 
 
-def start_federation(scenario: dict, disconnects_ray: bool = False) -> "RayFederation | RoundsWhileRayStarts":
+def start_federation(scenario: dict) -> "RayFederation | RoundsWhileRayStarts":
     """The Ray federation of ``scenario``: Ray started (or joined) here, in the calling thread, then
     its actors; or, where this run starts a local Ray instance of its own and the driver can play a
-    round alone (``ray.while_starting: driver``), :class:`RoundsWhileRayStarts`. ``disconnects_ray``:
-    where this call connects the process to Ray, the federation's ``shutdown`` disconnects it."""
+    round alone (``ray.while_starting: driver``), :class:`RoundsWhileRayStarts`. The connection
+    outlives the run (a command's later runs reuse it); :class:`simulator.run.ray_connection_of_the_command`
+    ends it."""
     pools = worker_pools(scenario).values()
     address = scenario["ray"]["address"] or os.environ.get("RAY_ADDRESS")
     if (scenario["ray"]["while_starting"] == "driver" and not ray.is_initialized() and address is None
             and scenario["ray"]["evaluator"] == "driver" and all(pool["num_gpus"] == 0 for pool in pools)):
-        return RoundsWhileRayStarts(scenario, disconnects_ray)
-    connected = start_ray(scenario["ray"]["address"])
-    return RayFederation(scenario, disconnects_ray=disconnects_ray and connected)
+        return RoundsWhileRayStarts(scenario)
+    start_ray(scenario["ray"]["address"])
+    return RayFederation(scenario)
 
 
 class RoundsWhileRayStarts:
@@ -452,9 +452,9 @@ class RoundsWhileRayStarts:
 
     evaluator_restarts = 0  # the evaluator thread dies only with the driver
 
-    def __init__(self, scenario: dict, disconnects_ray: bool = False):
+    def __init__(self, scenario: dict):
         from simulator.inprocess import InProcessFederation
-        self.scenario, self.disconnects_ray = scenario, disconnects_ray
+        self.scenario = scenario
         self.current: "InProcessFederation | RayFederation" = InProcessFederation(scenario)
         self.rounds_while_ray_started = 0
         self.evaluator: EvaluatorInDriver | None = None
@@ -465,8 +465,8 @@ class RoundsWhileRayStarts:
         """Runs in its own thread, which then stays alive: Ray's processes die with the thread that
         started them."""
         try:
-            connected = start_ray(None)
-            self.started.set_result(RayFederation(self.scenario, disconnects_ray=self.disconnects_ray and connected))
+            start_ray(None)
+            self.started.set_result(RayFederation(self.scenario))
         except BaseException as err:  # raised in the driver's thread, at the switch
             self.started.set_exception(err)
         threading.Event().wait()
@@ -543,16 +543,15 @@ class RayFederation:
 
     Actors are created first (their processes start and import while the driver prepares the
     data), then ``setup`` hands them the data; calls queue in order, so nothing waits in between.
-    ``disconnects_ray``: this run connected the process to Ray and disconnects it at ``shutdown``
-    (a local instance of its own stops), so that ``fedssl run`` prints its last line after Ray's
-    processes have forwarded their last logs to the driver.
+    ``shutdown`` stops the run's actors and leaves the Ray connection to its command
+    (:class:`simulator.run.ray_connection_of_the_command`).
     """
 
     MAX_WORKER_RESTARTS_PER_ROUND = 3
     rounds_while_ray_started = 0  # see RoundsWhileRayStarts
 
-    def __init__(self, scenario: dict, disconnects_ray: bool = False):
-        self.scenario, self.disconnects_ray = scenario, disconnects_ray
+    def __init__(self, scenario: dict):
+        self.scenario = scenario
         # the global state, the evaluator and the client store stay on the driver's node; workers spread
         self.on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.server = self.new_server()
@@ -736,5 +735,3 @@ class RayFederation:
         for actor in [*self.workers, getattr(self, "store", None)]:
             if actor is not None:
                 ray.kill(actor)
-        if self.disconnects_ray:
-            ray.shutdown()

@@ -86,11 +86,12 @@ class stop_signals:
 
 
 class ray_connection_of_the_command:
-    """A command whose runs share one Ray connection (``fedssl sweep``, ``fedssl claim``: the first run
-    connects, the next ones reuse it) runs them in this block. A connection the block made is
-    disconnected at its end, also when a signal stopped it, so that Ray's last log lines (its
-    processes stopping) come before the command's own last line instead of after it. A connection
-    that existed before the block (a caller's own) stays. Imports no Ray where none was started."""
+    """A command runs its runs in this block (``fedssl run``; ``fedssl sweep`` and ``fedssl claim``,
+    whose runs share one Ray connection: the first run connects, the next ones reuse it). A
+    connection the block made is disconnected at its end, also when a signal stopped it, so that
+    Ray's last log lines (its processes stopping) come before the command's own last line instead
+    of after it. A connection that existed before the block (a caller's own) stays. Imports no Ray
+    where none was started."""
 
     def __enter__(self):
         self.connected_before = self.connected()
@@ -106,7 +107,7 @@ class ray_connection_of_the_command:
         return engine is not None and engine.ray_connected()
 
 
-def start_federation(scenario: dict[str, Any], disconnects_ray: bool = False):
+def start_federation(scenario: dict[str, Any]):
     """The scenario's executor: Ray actors (``executor: ray``; :func:`simulator.engine.start_federation`
     starts or joins Ray, and may play the first rounds in the driver while a local instance starts)
     or the driver's own process (``executor: in_process``, which never imports Ray); the centralized
@@ -118,14 +119,14 @@ def start_federation(scenario: dict[str, Any], disconnects_ray: bool = False):
         from simulator.inprocess import InProcessFederation
         return InProcessFederation(scenario)
     from simulator import engine
-    return engine.start_federation(scenario, disconnects_ray)
+    return engine.start_federation(scenario)
 
 
 def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: bool = True,
-                 resume_dir: str | None = None, disconnects_ray: bool = False) -> tuple[Path, dict]:
+                 resume_dir: str | None = None) -> tuple[Path, dict]:
     """Run a resolved scenario (or continue the run in ``resume_dir`` from its newest checkpoint);
-    returns the run directory and its summary. ``disconnects_ray``: a Ray connection the run made
-    ends with it (``fedssl run``; a sweep's runs share one)."""
+    returns the run directory and its summary. A Ray connection the run made stays
+    (:class:`ray_connection_of_the_command` ends it)."""
     start = time.time()
     prepared: dict[str, Any] = {}
 
@@ -139,7 +140,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
     loader.start()
     run_dir, loop = None, None
     try:
-        federation = start_federation(scenario, disconnects_ray)
+        federation = start_federation(scenario)
     except KeyboardInterrupt as err:
         raise RunStopped(stop_signals.name_of(err), None, None, scenario["training"]["rounds"]) from None
     try:

@@ -161,7 +161,7 @@ def test_sigterm_stops_a_sweep_with_one_line(slow_raw, tmp_path):
     assert_gone(started, "processes of the sweep left behind")
 
 
-SWEEP_STOPPED_AFTER_RAY_CONNECTED = """
+STOPPED_AFTER_RAY_CONNECTED = """
 import sys
 import ray
 import simulator.run
@@ -169,32 +169,35 @@ from simulator.cli import main
 from simulator.engine import start_ray
 
 
-def connects_then_stops(scenario, out=None, **_):  # a sweep's first run connects; the signal lands in it
+def connects_then_stops(scenario, out=None, **_):  # the (first) run connects; the signal lands in it
     start_ray(None)
-    raise simulator.run.Stopped("SIGTERM")
+    raise simulator.run.RunStopped("SIGTERM", None, None, scenario["training"]["rounds"])
 
 
 simulator.run.run_scenario = connects_then_stops
-scenario, out, connect_first = sys.argv[1:]
+scenario, out, connect_first, command = sys.argv[1:]
 if connect_first == "yes":  # the caller's own connection, made before the command
     start_ray(None)
-code = main(["sweep", scenario, "--over", "training.lr=0.01,0.02", "--out", out])
+sweep = ["--over", "training.lr=0.01,0.02"] if command == "sweep" else []
+code = main([command, scenario, *sweep, "--out", out])
 print("connected" if ray.is_initialized() else "disconnected", code, flush=True)
 """
 
 
+@pytest.mark.parametrize("command", ["run", "sweep"])
 @pytest.mark.parametrize("connect_first, after", [("no", "disconnected"), ("yes", "connected")])
-def test_a_stopped_sweep_disconnects_the_ray_its_runs_connected_before_its_last_line(slow_raw, tmp_path,
-                                                                                    connect_first, after):
+def test_a_stopped_command_disconnects_the_ray_its_runs_connected_before_its_last_line(slow_raw, tmp_path, command,
+                                                                                      connect_first, after):
     """Ray forwards its processes' last log lines (e.g. a GCS line about killed actors) to the driver's
-    stderr until it disconnects; a sweep's one stop line must be the last, so the command disconnects
-    the Ray connection its runs made before printing it, and leaves a connection its caller made."""
+    stderr until it disconnects; a run's or a sweep's one stop line must be the last, so the command
+    disconnects the Ray connection its runs made before printing it, and leaves a connection its
+    caller made."""
     scenario = tmp_path / "slow.yaml"
     scenario.write_text(yaml.safe_dump(slow_raw))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run([sys.executable, "-c", SWEEP_STOPPED_AFTER_RAY_CONNECTED, str(scenario),
-                           str(tmp_path / "sweep"), connect_first], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env=env)
+    done = subprocess.run([sys.executable, "-c", STOPPED_AFTER_RAY_CONNECTED, str(scenario),
+                           str(tmp_path / "out"), connect_first, command], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == f"{after} {128 + signal.SIGTERM}", done.stdout
     assert done.stderr.strip().splitlines()[-1].startswith("fedssl: stopped by SIGTERM"), done.stderr[-3000:]
