@@ -175,6 +175,36 @@ def test_learning_table_gives_each_runs_gain_over_its_round_0_and_whether_it_cle
     assert "(knn_top1 ≥ +1 points over round 0)" in out
 
 
+def test_learning_table_says_whether_each_run_gains_more_with_1pct_of_the_labels(tmp_path, capsys):
+    # round 0 / final, in points: kNN 50 -> 53 (+3), probe 60 -> 70 (+10); 1%-label forms below
+    def run_with_scarce_labels(name, knn_1pct_final, probe_1pct_final):
+        run_dir = fake_run(tmp_path, name, 0, 0.53)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        summary["initial"].update(knn_top1_1pct=0.30, linear_top1_1pct=0.40)
+        summary["final"].update(knn_top1_1pct=knn_1pct_final, linear_top1_1pct=probe_1pct_final)
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        return run_dir
+    dirs = [run_with_scarce_labels("more", 0.34, 0.55),  # +4 > +3, +15 > +10
+            run_with_scarce_labels("kless", 0.33, 0.55),  # +3 is not more than +3
+            run_with_scarce_labels("pless", 0.40, 0.49)]  # +9 < +10 on the probe
+    table = learning_table([read_run(d) for d in dirs], LEARNING_MARGINS)
+    assert "| learned? | more with 1% labels? |" in table
+    assert "| more | 0 | +3.00 | +10.00 | +4.00 | +15.00 | clears the margins | yes |" in table
+    assert "| kless | 0 | +3.00 | +10.00 | +3.00 | +15.00 | clears the margins | no: knn_top1_1pct +3.00 ≤ knn_top1 +3.00 |" \
+        in table
+    assert "| pless | 0 | +3.00 | +10.00 | +10.00 | +9.00 | clears the margins | no: linear_top1_1pct +9.00 ≤ linear_top1 +10.00 |" \
+        in table
+    assert "1 of 3 gain more with 1% of the labels than with all of them on linear_top1, knn_top1" in table
+    # only for the margin metrics (a --margin on kNN alone judges the kNN pair alone), and not without 1% metrics
+    assert "| kless | 0 | +3.00 | +10.00 | +3.00 | +15.00 | clears the margins | no: knn_top1_1pct" in learning_table(
+        [read_run(d) for d in dirs], {"knn_top1": 2.0})
+    assert "| pless | 0 | +3.00 | +10.00 | +10.00 | +9.00 | clears the margins | yes |" in learning_table(
+        [read_run(d) for d in dirs], {"knn_top1": 2.0})
+    assert "1%" not in learning_table([read_run(fake_run(tmp_path, "plain", 0, 0.53))], LEARNING_MARGINS)
+    assert main(["report", *map(str, dirs)]) == 0
+    assert "| more | 0 | +3.00 | +10.00 | +4.00 | +15.00 | clears the margins | yes |" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("margin, message", [
     ("knn_top1", "--margin: expected METRIC=POINTS, e.g. knn_top1=2, got 'knn_top1'"),
     ("knn_top1=-1", "--margin: expected METRIC=POINTS with a metric name and POINTS >= 0, got 'knn_top1=-1'"),
