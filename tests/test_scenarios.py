@@ -12,9 +12,19 @@ recorded at first, with the same training metrics, and dropped from the record f
 
 Re-record (only on purpose): ``.venv/bin/python tests/test_scenarios.py --record [NAME ...]``.
 
-The recorded values come from this project's machines (the CPU capability is stored with them).
-Floating-point kernels differ between CPU instruction sets, so on a machine with another
-capability the comparison is to 1e-4 relative instead of bitwise (the assertion message says which).
+Floating-point kernels differ between CPU instruction sets (``torch.backends.cpu.get_cpu_capability()``),
+so each scenario holds one record per capability of this project's machines (AVX512 and AVX2): a run
+is compared bitwise with the record of its own capability, and its round 1 to 1e-4 relative with
+the record of every other capability. Between the two the metrics drift by at most 9e-6 relative in
+round 1 and by up to 1.2e-2 in round 3 (Orchestra's clustering amplifies kernel rounding), measured
+on every shipped scenario on 2026-11-25, so later rounds cannot be compared across capabilities.
+On a capability without a record (another instruction set, or a scenario re-recorded on one
+machine only, which drops the other capability's stale record) only that round-1 comparison runs,
+and it is the weaker check: round 1's loss moves with the data, partition, model, initialisation,
+augmentation, batch and loss (checked: a changed crop or batch size fails it), not with the
+optimiser's settings, which act only from a client's second step on (a client lr of 0.07 instead of
+0.05 passes it). So a scenario changed on purpose is re-recorded on both kinds of machine when both
+can be had, and the commit says which capability it was recorded on.
 """
 from __future__ import annotations
 
@@ -107,32 +117,35 @@ def test_every_shipped_fashion_mnist_scenario_has_a_recorded_baseline():
 
 @pytest.mark.parametrize("name", sorted(load_baseline()["scenarios"]))
 def test_shipped_scenario_matches_its_recorded_baseline(name, work, one_thread):
-    baseline = load_baseline()
-    recorded = baseline["scenarios"][name]
+    records = load_baseline()["scenarios"][name]
+    assert records, f"{name} has no record"
     got = fingerprint(name, work)
-    assert got["metrics"].keys() == recorded["metrics"].keys()
-    if baseline["cpu_capability"] == capability():
-        assert got["metrics"] == recorded["metrics"], "bitwise metrics differ from the recorded baseline"
-        assert got["state"] == recorded["state"], "the final state differs bitwise from the recorded baseline"
-        return
-    for key, value in recorded["metrics"].items():  # another instruction set: close, not bitwise
-        assert float.fromhex(got["metrics"][key]) == pytest.approx(float.fromhex(value), rel=1e-4, abs=1e-6), (
-            f"{key} (CPU capability {capability()}, recorded on {baseline['cpu_capability']}: compared to 1e-4)")
+    for other in sorted(set(records) - {capability()}):  # another instruction set: round 1 close
+        recorded = records[other]["metrics"]
+        assert got["metrics"].keys() == recorded.keys()
+        for key in (key for key in recorded if key.startswith("1/")):
+            assert float.fromhex(got["metrics"][key]) == pytest.approx(float.fromhex(recorded[key]), rel=1e-4, abs=1e-6), (
+                f"{key} differs by more than 1e-4 from the {other} record (this CPU: {capability()})")
+    if capability() in records:
+        recorded = records[capability()]
+        assert got["metrics"] == recorded["metrics"], f"bitwise metrics differ from the {capability()} record"
+        assert got["state"] == recorded["state"], f"the final state differs bitwise from the {capability()} record"
 
 
 def record(names: list[str]) -> None:
+    """Record the current capability's fingerprints of ``names`` (default: every shipped scenario);
+    a re-recorded scenario's records of other capabilities are stale, so they are dropped."""
     import tempfile
     torch.set_num_threads(1)
     baseline = load_baseline() if BASELINE.exists() else {"scenarios": {}}
-    if baseline.get("cpu_capability", capability()) != capability():
-        raise SystemExit(f"the baseline was recorded on {baseline['cpu_capability']}, this CPU is {capability()}")
-    baseline["cpu_capability"] = capability()
     shipped = shipped_fashion_mnist()
     baseline["scenarios"] = {k: v for k, v in baseline["scenarios"].items() if k in shipped}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names or shipped:
-            baseline["scenarios"][name] = fingerprint(name, Path(tmp))
-            print(f"recorded {name}", flush=True)
+            dropped = sorted(set(baseline["scenarios"].get(name, {})) - {capability()})
+            baseline["scenarios"][name] = {capability(): fingerprint(name, Path(tmp))}
+            note = f" (dropped the stale {', '.join(dropped)} record: re-record it on such a machine)" if dropped else ""
+            print(f"recorded {name} on {capability()}{note}", flush=True)
             BASELINE.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
 
 
