@@ -331,7 +331,8 @@ class EvaluatorInDriver:
     another, while the rounds go on: no process of its own (a torch process holds ~580 MiB before
     any data). The thread runs torch single-threaded (with OpenMP the thread count is per thread,
     so the driver's own worker slot keeps its own), as the actor does: bitwise the same metrics.
-    It is a daemon thread: a stopped run does not wait for an evaluation in flight."""
+    It is a daemon thread: a stopped run does not wait for an evaluation in flight; ``kill`` ends it
+    (with the evaluation data it holds), so that a command's later runs do not pile threads up."""
 
     restarts = 0  # it dies only with the driver
 
@@ -342,8 +343,8 @@ class EvaluatorInDriver:
 
     def serve(self) -> None:
         torch.set_num_threads(1)
-        while True:
-            networks, future = self.queue.get()
+        while (job := self.queue.get()) is not None:
+            networks, future = job
             if future.set_running_or_notify_cancel():
                 try:
                     if self.data is None:
@@ -374,8 +375,11 @@ class EvaluatorInDriver:
         return 0.0
 
     def kill(self) -> None:
+        """Cancels the evaluations not yet started; the thread ends after the one in flight."""
         while not self.queue.empty():
-            self.queue.get_nowait()[1].cancel()
+            if (job := self.queue.get_nowait()) is not None:
+                job[1].cancel()
+        self.queue.put(None)
 
 
 class EvaluatorInActor:

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pyarrow.parquet as pq
@@ -30,7 +31,13 @@ def run(raw, tmp_path, name, **overrides):
 def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run(ray_session, synthetic_raw,
                                                                                   tmp_path):
     # one worker slot, the driver's, the server and the evaluator in the driver: no actor at all
+    threads_before = set(threading.enumerate())
     _, s1, m1 = run(synthetic_raw, tmp_path, "w1", num_workers=1)
+    evaluator_threads = [thread for thread in set(threading.enumerate()) - threads_before
+                         if thread.name == "fedssl-evaluator"]
+    for thread in evaluator_threads:  # it ends with its run (not with the process, as a command's later runs)
+        thread.join(timeout=30)
+    assert not [thread for thread in evaluator_threads if thread.is_alive()]
     # three worker actors (4 clients a round: shares of 2, 1, 1), a server actor and an evaluator actor
     _, s3, m3 = run(synthetic_raw, tmp_path, "w3", num_workers=3, server="actor", driver_simulates=False,
                     evaluator="actor")
