@@ -103,8 +103,11 @@ class ray_connection_of_the_command:
 
     @staticmethod
     def connected() -> bool:
-        engine = sys.modules.get("simulator.engine")
-        return engine is not None and engine.ray_connected()
+        """Asks Ray, not whether the engine ran: a caller's ``ray.init`` before any run is its own."""
+        if "ray" not in sys.modules:  # nothing imported Ray, so nothing connected
+            return False
+        from simulator import engine
+        return engine.ray_connected()
 
 
 def start_federation(scenario: dict[str, Any]):

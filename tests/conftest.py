@@ -1,20 +1,47 @@
 """One Ray instance for the whole test session, and small synthetic scenarios."""
 import os
+import sys
 
 import pytest
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
-@pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray instance with 4 logical CPUs (so up to 4 one-CPU workers fit on 2 cores)."""
+_OWN_RAY = {}  # the GCS address of the instance the tests share
+
+
+def own_ray():
+    """The process connected to the tests' shared local Ray instance, 4 logical CPUs (so up to 4
+    one-CPU workers fit on 2 cores), started once. A test run before may have left the process on
+    another instance (a run that started its own, 2 CPUs) or on none (a command that disconnected
+    the one it started): the shared one is then started afresh, so that no test depends on the order
+    in which the tests run (``pytest -n`` runs them in another)."""
     import ray
-    if ray.is_initialized():  # a test run before this one started Ray on its own: start ours afresh
-        ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="warning")
-    yield ray
-    ray.shutdown()
+    if not (ray.is_initialized() and ray.get_runtime_context().gcs_address == _OWN_RAY.get("gcs")):
+        if ray.is_initialized():
+            ray.shutdown()
+        ray.init(num_cpus=4, include_dashboard=False, logging_level="warning")
+        _OWN_RAY["gcs"] = ray.get_runtime_context().gcs_address
+    return ray
+
+
+@pytest.fixture(scope="session")
+def ray_shut_down_at_the_end():
+    yield
+    sys.modules["ray"].shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_session(ray_shut_down_at_the_end):
+    """The shared Ray instance (:func:`own_ray`), for a module's fixtures and its tests."""
+    return own_ray()
+
+
+@pytest.fixture(autouse=True)
+def ray_session_is_still_the_shared_one(request):
+    """Checked again before each test that asks for it, whatever ran since its module began."""
+    if "ray_session" in request.fixturenames:
+        own_ray()
 
 
 @pytest.fixture

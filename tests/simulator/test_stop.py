@@ -166,18 +166,18 @@ import sys
 import ray
 import simulator.run
 from simulator.cli import main
-from simulator.engine import start_ray
 
 
 def connects_then_stops(scenario, out=None, **_):  # the (first) run connects; the signal lands in it
+    from simulator.engine import start_ray
     start_ray(None)
     raise simulator.run.RunStopped("SIGTERM", None, None, scenario["training"]["rounds"])
 
 
 simulator.run.run_scenario = connects_then_stops
 scenario, out, connect_first, command = sys.argv[1:]
-if connect_first == "yes":  # the caller's own connection, made before the command
-    start_ray(None)
+if connect_first == "yes":  # the caller's own connection, made before the command (fedssl's engine not imported)
+    ray.init(num_cpus=1, include_dashboard=False)
 sweep = ["--over", "training.lr=0.01,0.02"] if command == "sweep" else []
 code = main([command, scenario, *sweep, "--out", out])
 print("connected" if ray.is_initialized() else "disconnected", code, flush=True)
