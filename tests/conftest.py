@@ -1,4 +1,4 @@
-"""One Ray instance for the whole test session, and small synthetic scenarios."""
+"""One Ray instance shared by the tests of a test process, and small synthetic scenarios."""
 import os
 import sys
 

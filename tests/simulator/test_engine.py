@@ -35,7 +35,7 @@ def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run
     _, s1, m1 = run(synthetic_raw, tmp_path, "w1", num_workers=1)
     evaluator_threads = [thread for thread in set(threading.enumerate()) - threads_before
                          if thread.name == "fedssl-evaluator"]
-    for thread in evaluator_threads:  # it ends with its run (not with the process, as a command's later runs)
+    for thread in evaluator_threads:  # it ends with its run, not with the process (a command runs several)
         thread.join(timeout=30)
     assert not [thread for thread in evaluator_threads if thread.is_alive()]
     # three worker actors (4 clients a round: shares of 2, 1, 1), a server actor and an evaluator actor
