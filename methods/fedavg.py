@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from methods.base import ClientData, ClientUpload, Method
@@ -83,8 +82,8 @@ class FedAvg(Method):
     # ---- networks ----------------------------------------------------------------------------
     def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
         """Online (and target) networks, initialised deterministically from the scenario seed."""
-        torch.manual_seed(derive_seed(self.scenario["seed"], "init"))
-        return build_networks(self.objective, self.scenario, self.spec, extensions=self.extensions)
+        return build_networks(self.objective, self.scenario, self.spec, derive_seed(self.scenario["seed"], "init"),
+                              extensions=self.extensions)
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):

@@ -243,9 +243,8 @@ class HeteroSSFL(Method):
     # ---- networks ----------------------------------------------------------------------------
     def client_networks(self, tier: int, client_id: int) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
         """The initial networks of a client of tier ``tier`` (seeded by run seed and client id)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.scenario["seed"], client_id, "init"))
-            return build_networks(self.objective, self.scenario, self.spec, encoder=self.tiers[tier].encoder)
+        return build_networks(self.objective, self.scenario, self.spec, derive_seed(self.scenario["seed"], client_id, "init"),
+                              encoder=self.tiers[tier].encoder)
 
     def restore(self, workspace: Workspace, client_state: Any, client_id: int) -> None:
         """Write the client's networks (stored, or initial if it never ran) into the workspace."""

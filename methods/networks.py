@@ -3,6 +3,7 @@ target, a worker's preallocated workspace, and the evaluated copy of the global 
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -16,16 +17,24 @@ from simulator.augment import AugmentConfig, BatchAugment
 from simulator.models import build_encoder
 
 
-def build_networks(objective: Objective, scenario: Mapping[str, Any], spec: DataSpec, encoder: str | None = None,
-                   extensions: Iterable = ()) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
+# torch initialises modules from its one process-wide generator: a build seeds it, in a forked
+# state, under this lock, so that threads building at once (the driver's rounds and the thread that
+# starts Ray's workers) neither see nor move each other's draws
+GLOBAL_RNG_LOCK = threading.Lock()
+
+
+def build_networks(objective: Objective, scenario: Mapping[str, Any], spec: DataSpec, seed: int,
+                   encoder: str | None = None, extensions: Iterable = ()) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
     """The online networks (the objective's on a ``encoder`` backbone, ``model.encoder`` by default,
     then each extension's) and, where the objective uses one, the EMA target (a frozen copy of
-    encoder and projector), initialised from the global RNG (callers seed it)."""
+    encoder and projector), initialised from ``seed``; torch's global generator is left as it was."""
     model = scenario["model"]
-    backbone = build_encoder(encoder or model["encoder"], spec.channels, spec.image_size, model["norm"])
-    online = objective.build(backbone)
-    for extension in extensions:
-        extension.add_networks(online, backbone.out_dim)
+    with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        backbone = build_encoder(encoder or model["encoder"], spec.channels, spec.image_size, model["norm"])
+        online = objective.build(backbone)
+        for extension in extensions:
+            extension.add_networks(online, backbone.out_dim)
     target = None
     if objective.uses_target:
         target = copy.deepcopy(nn.ModuleDict({k: online[k] for k in ("encoder", "projector")}))
@@ -47,6 +56,6 @@ def make_workspace(online: nn.ModuleDict, target: nn.ModuleDict | None, augment:
 def global_eval_network(objective: Objective, scenario: Mapping[str, Any], spec: DataSpec,
                         state: Mapping[str, Any]) -> nn.ModuleDict:
     """Encoder and projector of the objective's networks holding the global online weights of ``state``."""
-    network = evaluated_networks(build_networks(objective, scenario, spec)[0])
+    network = evaluated_networks(build_networks(objective, scenario, spec, seed=0)[0])  # any init: overwritten
     network.load_state_dict(online_weights(state, network))
     return network

@@ -200,8 +200,7 @@ class Orchestra(Method):
 
     def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
         """Online networks and target, initialised deterministically from the scenario seed."""
-        torch.manual_seed(derive_seed(self.scenario["seed"], "init"))
-        return build_networks(self.objective, self.scenario, self.spec)
+        return build_networks(self.objective, self.scenario, self.spec, derive_seed(self.scenario["seed"], "init"))
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):

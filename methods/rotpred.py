@@ -54,8 +54,7 @@ class RotPred(Method):
         self.objective = RotationNetworks(self.config, scenario["model"], spec.num_classes)
 
     def build_networks(self):
-        torch.manual_seed(derive_seed(self.scenario["seed"], "init"))
-        return build_networks(self.objective, self.scenario, self.spec)
+        return build_networks(self.objective, self.scenario, self.spec, derive_seed(self.scenario["seed"], "init"))
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):

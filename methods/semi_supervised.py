@@ -98,6 +98,9 @@ class SemiSupervised(Extension):
             ("labelled_fraction", 0 <= fraction <= 1, "a fraction in [0, 1]"),
             ("labelled_fraction", not (fraction > 0 and objective.uses_labels),
              f"0 with objective {objective.name} (it uses every label)"),
+            ("labelled_fraction", not (fraction > 0 and scenario["training"]["centralized"]),
+             "0 with training.centralized (the labelled samples are fixed per client; the one centralized "
+             "client draws other images from the union every round)"),
         ]
 
     def add_networks(self, online, feature_dim):

@@ -89,6 +89,17 @@ def knn_top1(
     return correct / queries.shape[0]
 
 
+def zero_linear(in_features: int, out_features: int, device: torch.device | str = "cpu") -> nn.Linear:
+    """A linear layer with zero weights and bias, made without drawing from torch's global generator
+    (``nn.Linear`` draws its initial values from it): evaluation runs in a thread of its own, beside
+    rounds that seed that generator to build networks."""
+    layer = nn.utils.skip_init(nn.Linear, in_features, out_features, device=device)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.zero_()
+    return layer
+
+
 def linear_probe_top1(
     train_features: Tensor,
     train_labels: Tensor,
@@ -125,9 +136,7 @@ def linear_probe_top1(
     test_x = (test_features.float() - mean) / std
     train_y = train_labels.long()
 
-    probe = nn.Linear(train_x.shape[1], num_classes, device=train_x.device)
-    nn.init.zeros_(probe.weight)
-    nn.init.zeros_(probe.bias)
+    probe = zero_linear(train_x.shape[1], num_classes, device=train_x.device)
     optimizer = torch.optim.LBFGS(
         probe.parameters(), lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe"
     )
@@ -230,9 +239,7 @@ def finetune(
     device = next(encoder.parameters(), torch.empty(0)).device
     frozen = extract_features(encoder, train_x) if train_features is None else train_features.float()
     standardise = Standardise(frozen.mean(dim=0), frozen.std(dim=0).nan_to_num(1.0).clamp_min(1e-6))
-    linear = nn.Linear(frozen.shape[1], num_classes)
-    nn.init.zeros_(linear.weight)
-    nn.init.zeros_(linear.bias)
+    linear = zero_linear(frozen.shape[1], num_classes)
     model = nn.Sequential(copy.deepcopy(encoder), nn.Flatten(), standardise, linear).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)

@@ -50,7 +50,8 @@ def test_centralized_run_makes_the_federated_runs_sample_passes(synthetic_raw, t
 
 def test_centralized_is_refused_where_one_client_cannot_stand_for_the_union(synthetic_raw):
     for method, key in (({"name": "orchestra"}, "training.centralized"), ({"name": "fedu"}, "training.centralized"),
-                        ({"name": "fedavg", "uv": True}, "method.uv")):
+                        ({"name": "fedavg", "uv": True}, "method.uv"),
+                        ({"name": "fedavg", "labelled_fraction": 0.1}, "method.labelled_fraction")):
         with pytest.raises(ScenarioError, match=rf"{key}: expected"):
             resolve({**synthetic_raw, "method": method, "training": {"centralized": True}})
 

@@ -203,3 +203,19 @@ def test_finetuning_with_no_steps_predicts_class_0_everywhere(one_thread):
     assert finetune_top1(blind_encoder(), train_x, train_y, test_x, test_y, 3, steps=0) == 0.3
     logits = extract_features(finetune(blind_encoder(), train_x, train_y, 3, steps=0), test_x)
     assert torch.equal(logits, torch.zeros(10, 3))
+
+
+def test_probe_and_finetuning_leave_torch_global_generator_as_they_found_it(one_thread):
+    # Evaluation runs in a thread beside rounds that seed the global generator to build networks
+    # (Hetero-SSFL builds a client's networks at its first round): a draw from it here would change
+    # those networks' initial values.
+    generator = torch.Generator().manual_seed(2)
+    train_x, train_y = adaptation_task(50, generator)
+    features = torch.randn(60, 8, generator=generator)
+    labels = torch.arange(60) % 3
+    encoder = blind_encoder()  # seeds the global generator itself
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    linear_probe_top1(features, labels, features, labels, num_classes=3)
+    finetune(encoder, train_x, train_y, 2, steps=3, batch_size=8, seed=0)
+    assert torch.equal(torch.get_rng_state(), before)
