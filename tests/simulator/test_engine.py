@@ -130,13 +130,14 @@ def test_the_driver_stands_in_for_a_worker_still_starting_up(ray_session, synthe
     import ray
 
     from simulator import engine
-    started, calls = tmp_path / "may-start", tmp_path / "calls"
+    started, ready, calls = tmp_path / "may-start", tmp_path / "set-up", tmp_path / "calls"
 
     class SlowStartingWorker(engine.WorkerActor.__ray_actor_class__):  # local, so that Ray ships it by value
         def setup(self, *args):
             while not started.exists():  # still importing, as far as the driver can tell
                 time.sleep(0.05)
             super().setup(*args)
+            ready.touch()
 
         @ray.method(num_returns=2)
         def run(self, broadcast, extras, client_ids, ctx):
@@ -151,7 +152,10 @@ def test_the_driver_stands_in_for_a_worker_still_starting_up(ray_session, synthe
     def release_after_round_2(r):
         if r == 3:
             started.touch()
-            time.sleep(5)  # the actor's setup returns well before round 3 asks
+            deadline = time.monotonic() + 120
+            while not ready.exists() and time.monotonic() < deadline:  # however loaded the machine
+                time.sleep(0.05)
+            time.sleep(2)  # and its setup's return reaches the driver before round 3 asks
     import threading
     timer = threading.Timer(60, started.touch)  # without a stand-in, round 1 waits for this: the test fails, not hangs
     timer.start()
