@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import queue
 import signal
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import replace
 
@@ -626,6 +628,15 @@ class RayFederation:
         return next((slot for i, slot in enumerate(self.slots)
                      if isinstance(slot, WorkerInDriver) and self.worker_pool[i] == pool), None)
 
+    def wait_started(self, index: int) -> None:
+        """Until slot ``index``'s actor has started (its setup returned); one that died while starting
+        fails its next call, which replaces it."""
+        if index in self.booting:
+            try:
+                ray.get(self.booting.pop(index))
+            except ray.exceptions.RayActorError:
+                pass
+
     def replace_worker(self, index: int) -> None:
         """A dead worker's replacement (on any node with room); its share is simulated again."""
         self.slots[index] = self.new_worker(self.worker_pool[index])
@@ -643,8 +654,9 @@ class RayFederation:
     def run_phase(self, ctx: RoundContext) -> dict[str, float]:
         """One pass of the cohort: client steps on the workers, then the server step.
 
-        A share whose worker dies (killed process, out of memory, lost node) is simulated again on
-        a new worker; client randomness and exact sums make the result the same as without fault,
+        A share whose worker dies (killed process, out of memory, lost node), or has not returned it
+        ``ray.share_timeout_seconds`` after its submission (a hung worker, killed), is simulated again
+        on a new worker; client randomness and exact sums make the result the same as without fault,
         and the client-state store takes the pass's states only once every share has returned.
         """
         in_pool = {name: [i for i, p in enumerate(self.worker_pool) if p == name] for name in self.pools}
@@ -656,7 +668,15 @@ class RayFederation:
         worker_of = [in_pool[pool][slot] for pool, slot, _ in routes]
         runner = [self.stand_in(index) or self.slots[index] for index in worker_of]
         broadcast, bytes_down, extras = self.server.payload(ctx, shares)
-        submit = lambda i: self.slots[worker_of[i]].run.remote(broadcast, extras[i], shares[i], ctx)
+        timeout = self.scenario["ray"]["share_timeout_seconds"]
+        deadline: dict[int, float] = {}
+
+        def submit(i: int) -> tuple["ray.ObjectRef", "ray.ObjectRef"]:
+            if timeout is not None:  # a share's time counts from its submission to a started worker
+                self.wait_started(worker_of[i])
+            deadline[i] = time.monotonic() + (timeout if timeout is not None else math.inf)
+            return self.slots[worker_of[i]].run.remote(broadcast, extras[i], shares[i], ctx)
+
         submitted = {i: submit(i) for i in range(len(shares)) if not isinstance(runner[i], WorkerInDriver)}
         in_driver = {i: runner[i].run(broadcast, extras[i], shares[i], ctx)  # while the actors work
                      for i in range(len(shares)) if i not in submitted}
@@ -664,7 +684,10 @@ class RayFederation:
             failed = []
             for i, (status, _) in submitted.items():
                 try:
-                    ray.get(status)
+                    ray.get(status, timeout=None if timeout is None else max(0.0, deadline[i] - time.monotonic()))
+                except ray.exceptions.GetTimeoutError:  # a hung worker (stopped, deadlocked): killed, replaced
+                    ray.kill(self.slots[worker_of[i]], no_restart=True)
+                    failed.append(i)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
                     if not self.server.alive():  # the share's broadcast came from the lost server
                         raise ServerLost(f"round {ctx.round}: the parameter server died") from None
@@ -677,9 +700,11 @@ class RayFederation:
             if not failed:
                 break
             if attempt == self.MAX_WORKER_RESTARTS_PER_ROUND:
-                raise RuntimeError(f"round {ctx.round}: workers kept dying; giving up after {attempt} restarts")
+                raise RuntimeError(f"round {ctx.round}: workers kept dying or hanging (ray.share_timeout_seconds: "
+                                   f"{timeout}); giving up after {attempt} restarts")
             for i in failed:
                 self.replace_worker(worker_of[i])
+            for i in failed:
                 submitted[i] = submit(i)
         if self.store is not None:
             ray.get(self.store.commit.remote())

@@ -43,20 +43,21 @@ DEFAULTS: dict[str, Any] = {
              "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False},
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0},
             "worker_pools": [], "server": "driver",
-            "driver_simulates": True, "evaluator": "driver", "while_starting": "driver"},
+            "driver_simulates": True, "evaluator": "driver", "while_starting": "driver",
+            "share_timeout_seconds": None},
     "output": {"dir": "runs", "checkpoint_every": 10},
 }
 
 # Keys whose default is null, and the type they take otherwise.
 NULLABLE = {"dataset.root": str, "dataset.train_subset": int, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str,
-            "population.availability_trace": str, "population.deadline_seconds": float}
+            "ray.share_timeout_seconds": float, "population.availability_trace": str, "population.deadline_seconds": float}
 POSITIVE = {"population.num_clients", "population.clients_per_round", "training.rounds",
             "training.local_epochs", "training.batch_size", "eval.every", "eval.knn_k",
             "eval.probe_iterations", "ray.num_workers", "model.projector_dim", "model.hidden_dim",
             "partition.k", "partition.rotation_bins", "dataset.train_subset", "eval.train_subset", "eval.test_subset",
             "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr",
             "eval.label_draws", "eval.finetune_batch_size", "eval.finetune_lr",
-            "population.diurnal_period", "population.deadline_seconds"}
+            "population.diurnal_period", "population.deadline_seconds", "ray.share_timeout_seconds"}
 NON_NEGATIVE = {"training.momentum", "training.weight_decay", "training.grad_clip_norm", "ray.worker.num_cpus",
                 "eval.finetune_steps",
                 "ray.worker.num_gpus", "eval.knn_temperature", "augment.brightness",

@@ -21,36 +21,61 @@ from simulator.scenario import resolve
 from tests.conftest import tiny_scenario
 
 
-def federation_states(scenario, rounds, kill_worker_in_round=None):
+def federation_states(scenario, rounds, signal_worker_in_round=None, sent=signal.SIGKILL):
+    """(weights after ``rounds`` rounds, worker restarts); in round ``signal_worker_in_round`` the
+    first worker's process gets ``sent`` 0.3 s into the round (SIGSTOP: it hangs, alive, until
+    the engine kills it, or until a SIGCONT 60 s later, so that a run without the timeout ends)."""
     from simulator.engine import RayFederation
     partition_dir = prepare_partition(scenario)
     federation = RayFederation(scenario)
     federation.setup(data_spec(partition_dir, scenario), str(partition_dir), None)
+    timers = []
     try:
         for r in range(1, rounds + 1):
             _, cohort = sample_cohort(scenario["seed"], r, 8, 4)
-            killer = None
-            if r == kill_worker_in_round:
+            if r == signal_worker_in_round:
                 import ray
                 pid = ray.get(federation.workers[0].pid.remote())
-                killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
-                killer.start()
+                timers.append(threading.Timer(0.3, os.kill, (pid, sent)))
+                if sent == signal.SIGSTOP:
+                    timers.append(threading.Timer(60, signal_if_alive, (pid, signal.SIGCONT)))
+                for timer in timers:
+                    timer.start()
             federation.run_round(RoundContext(r, rounds, cohort, scenario["seed"], freeze(scenario)))
-            if killer is not None:
-                killer.join()
+            if timers:
+                timers[0].join()
         return federation.state()["weights"], federation.worker_restarts
     finally:
+        for timer in timers:
+            timer.cancel()
         federation.shutdown()
+
+
+def signal_if_alive(pid, sent):
+    try:
+        os.kill(pid, sent)
+    except ProcessLookupError:
+        pass
 
 
 def test_killed_worker_gives_the_fault_free_result(ray_session, synthetic_raw):
     raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "local_epochs": 3}}
     scenario = resolve(raw)
     clean, no_restarts = federation_states(scenario, 3)
-    faulty, restarts = federation_states(scenario, 3, kill_worker_in_round=2)
+    faulty, restarts = federation_states(scenario, 3, signal_worker_in_round=2)
     assert no_restarts == 0 and restarts == 1
     for name in clean:
         assert torch.equal(clean[name], faulty[name]), name
+
+
+def test_hung_worker_is_killed_after_the_share_timeout_and_gives_the_fault_free_result(ray_session, synthetic_raw):
+    raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "local_epochs": 3}}
+    clean, _ = federation_states(resolve(raw), 3)
+    with_timeout = resolve({**raw, "ray": {**raw.get("ray", {}), "share_timeout_seconds": 20}})
+    hung, restarts = federation_states(with_timeout, 3, signal_worker_in_round=2, sent=signal.SIGSTOP)
+    assert restarts == 1  # killed at the timeout (without it, the SIGCONT at 60 s lets it finish: 0)
+    for name in clean:
+        assert torch.equal(clean[name], hung[name]), name
 
 
 def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_store_in_round=None):

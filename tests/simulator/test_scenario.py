@@ -30,6 +30,8 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"population": {"num_clients": 5, "clients_per_round": 6}}, "population.clients_per_round",
      "expected at most population.num_clients (5), got 6"),
     ({"ray": {"worker": {"num_gpus": 1.5}}}, "ray.worker.num_gpus", "whole number of GPUs"),
+    ({"ray": {"share_timeout_seconds": 0}}, "ray.share_timeout_seconds", "expected a positive number, got 0"),
+    ({"ray": {"share_timeout_seconds": "1m"}}, "ray.share_timeout_seconds", "expected a number, got '1m'"),
     ({"method": {"name": "fedprox"}}, "method.name", "expected one of fedavg"),
     ({"method": {"objective": "moco"}}, "method.objective", "expected one of simclr"),
     ({"method": {"queue_size": 10}}, "method.queue_size", "unknown key"),
