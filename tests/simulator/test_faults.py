@@ -1,4 +1,4 @@
-"""Real faults: a worker process killed mid-round, a driver killed and resumed."""
+"""Real faults: a worker process killed or hung (stopped) mid-round, a driver killed and resumed."""
 import json
 import os
 import shutil
