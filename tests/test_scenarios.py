@@ -11,6 +11,9 @@ recorded at first, with the same training metrics, and dropped from the record f
 ``eval.test_subset`` stays set: Hetero-SSFL's RAD is drawn from the test images it leaves out).
 
 Re-record (only on purpose): ``.venv/bin/python tests/test_scenarios.py --record [NAME ...]``.
+Add this machine's capability to scenarios recorded on the other one only, keeping their records
+(for an unchanged scenario whose round 1 agrees with them; refused otherwise):
+``.venv/bin/python tests/test_scenarios.py --add NAME ...``.
 
 Floating-point kernels differ between CPU instruction sets (``torch.backends.cpu.get_cpu_capability()``),
 so each scenario holds one record per capability of this project's machines (AVX512 and AVX2): a run
@@ -121,20 +124,28 @@ def test_shipped_scenario_matches_its_recorded_baseline(name, work, one_thread):
     assert records, f"{name} has no record"
     got = fingerprint(name, work)
     for other in sorted(set(records) - {capability()}):  # another instruction set: round 1 close
-        recorded = records[other]["metrics"]
-        assert got["metrics"].keys() == recorded.keys()
-        for key in (key for key in recorded if key.startswith("1/")):
-            assert float.fromhex(got["metrics"][key]) == pytest.approx(float.fromhex(recorded[key]), rel=1e-4, abs=1e-6), (
-                f"{key} differs by more than 1e-4 from the {other} record (this CPU: {capability()})")
+        bad = round1_disagreements(got["metrics"], records[other]["metrics"])
+        assert not bad, f"{', '.join(bad)} differ by more than 1e-4 from the {other} record (this CPU: {capability()})"
     if capability() in records:
         recorded = records[capability()]
         assert got["metrics"] == recorded["metrics"], f"bitwise metrics differ from the {capability()} record"
         assert got["state"] == recorded["state"], f"the final state differs bitwise from the {capability()} record"
 
 
-def record(names: list[str]) -> None:
-    """Record the current capability's fingerprints of ``names`` (default: every shipped scenario);
-    a re-recorded scenario's records of other capabilities are stale, so they are dropped."""
+def round1_disagreements(got: dict, recorded: dict) -> list[str]:
+    """The round-1 metrics of ``got`` that differ from ``recorded`` (another capability's) by more
+    than 1e-4 relative; a different set of metric names counts as one disagreement."""
+    if got.keys() != recorded.keys():
+        return ["the metric names"]
+    return [key for key in recorded if key.startswith("1/")
+            and float.fromhex(got[key]) != pytest.approx(float.fromhex(recorded[key]), rel=1e-4, abs=1e-6)]
+
+
+def record(names: list[str], keep_others: bool = False) -> None:
+    """Record the current capability's fingerprints of ``names`` (default: every shipped scenario).
+    A re-recorded scenario's records of other capabilities are stale, so they are dropped, unless
+    ``keep_others`` (``--add``): then the new record joins them, only where round 1 agrees with
+    each of them (the scenario is unchanged since they were recorded); a disagreeing one is refused."""
     import tempfile
     torch.set_num_threads(1)
     baseline = load_baseline() if BASELINE.exists() else {"scenarios": {}}
@@ -142,14 +153,23 @@ def record(names: list[str]) -> None:
     baseline["scenarios"] = {k: v for k, v in baseline["scenarios"].items() if k in shipped}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names or shipped:
-            dropped = sorted(set(baseline["scenarios"].get(name, {})) - {capability()})
-            baseline["scenarios"][name] = {capability(): fingerprint(name, Path(tmp))}
-            note = f" (dropped the stale {', '.join(dropped)} record: re-record it on such a machine)" if dropped else ""
+            others = {cap: rec for cap, rec in baseline["scenarios"].get(name, {}).items() if cap != capability()}
+            got = fingerprint(name, Path(tmp))
+            if keep_others:
+                for cap, rec in others.items():
+                    if bad := round1_disagreements(got["metrics"], rec["metrics"]):
+                        raise SystemExit(f"{name}: round 1 differs from the {cap} record ({', '.join(bad)}): "
+                                         "the scenario changed; re-record it with --record on both kinds of machine")
+                baseline["scenarios"][name] = {**others, capability(): got}
+                note = f" beside the {', '.join(sorted(others))} record" if others else ""
+            else:
+                baseline["scenarios"][name] = {capability(): got}
+                note = f" (dropped the stale {', '.join(sorted(others))} record: re-record it on such a machine)" if others else ""
             print(f"recorded {name} on {capability()}{note}", flush=True)
             BASELINE.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["--record"]:
-        raise SystemExit("usage: python tests/test_scenarios.py --record [scenarios/....yaml ...]")
-    record(sys.argv[2:])
+    if sys.argv[1:2] not in (["--record"], ["--add"]):
+        raise SystemExit("usage: python tests/test_scenarios.py --record [scenarios/....yaml ...] | --add scenarios/....yaml ...")
+    record(sys.argv[2:], keep_others=sys.argv[1] == "--add")
