@@ -32,7 +32,7 @@ from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
 from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, add_phase_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
-from simulator.resources import memory_mb, threads
+from simulator.resources import memory_mb, process_numerics, threads
 
 
 def start_ray(address: str | None) -> None:
@@ -116,6 +116,10 @@ class Worker:
         self.workspace = self.method.make_workspace(worker_device(self.pool["num_gpus"]))
         self.reader = PartitionReader(partition_dir)
         self.store = store
+
+    def numerics(self) -> str:
+        """:func:`simulator.resources.process_numerics` of this worker, on its pool's device."""
+        return process_numerics(worker_device(self.pool["num_gpus"]))
 
     @ray.method(num_returns=2)
     def run(self, broadcast: dict, extras: dict, client_ids: list[int], ctx: RoundContext
@@ -533,6 +537,9 @@ class RoundsWhileRayStarts:
     def worker_nodes(self) -> int:
         return self.current.worker_nodes()
 
+    def numerics(self) -> list[str]:
+        return self.current.numerics()
+
     def shutdown(self) -> None:
         """Waits for Ray to be up (a Ray instance half started is not left behind), then stops the actors."""
         if self.evaluator is not None:
@@ -722,6 +729,12 @@ class RayFederation:
     def worker_nodes(self) -> int:
         """How many nodes the (live) workers run on."""
         return len(set(ray.get([worker.node_id.remote() for worker in self.workers])))
+
+    def numerics(self) -> list[str]:
+        """The distinct numerics (:func:`simulator.resources.process_numerics`) of the driver, which
+        hosts or sits beside the server and the evaluator, and of every worker slot."""
+        in_driver = [slot.worker.numerics() for slot in self.slots if isinstance(slot, WorkerInDriver)]
+        return sorted({process_numerics(), *in_driver, *ray.get([worker.numerics.remote() for worker in self.workers])})
 
     def networks_now(self) -> ray.ObjectRef:
         """The networks to evaluate, as they are now."""

@@ -23,7 +23,7 @@ from simulator.data.store import PartitionReader
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data
 from simulator.federation import (Server, WorkerFailure, add_phase_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
-from simulator.resources import memory_mb, threads
+from simulator.resources import memory_mb, process_numerics, threads
 
 
 class InProcessFederation:
@@ -129,6 +129,11 @@ class InProcessFederation:
     @staticmethod
     def worker_nodes() -> int:
         return 1
+
+    def numerics(self) -> list[str]:
+        """The distinct numerics of the driver and of its pools' devices."""
+        return sorted({process_numerics(), *(process_numerics(worker_device(pool["num_gpus"]))
+                                             for pool in self.pools.values())})
 
     def shutdown(self) -> None:
         pass

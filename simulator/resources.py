@@ -1,5 +1,5 @@
-"""Memory of the current process (Linux ``/proc``), reported by the driver and every actor, and the
-thread count torch uses inside a block."""
+"""Memory of the current process (Linux ``/proc``), reported by the driver and every actor, the
+thread count torch uses inside a block, and the numerics a process computes with."""
 from __future__ import annotations
 
 import torch
@@ -17,6 +17,16 @@ def memory_mb() -> dict[str, float]:
     except OSError:
         pass
     return values
+
+
+def process_numerics(device: torch.device | str = "cpu") -> str:
+    """What decides this process's floating-point results besides the code and the seed: torch's
+    version, its CPU kernels' instruction set (``torch.backends.cpu.get_cpu_capability()``) and, on
+    a GPU, the GPU's name. Runs of the same scenario and seed agree bitwise only where this agrees."""
+    described = f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"
+    if torch.device(device).type == "cuda":
+        described += f", GPU {torch.cuda.get_device_name(torch.device(device))}"
+    return described
 
 
 def process_start_time() -> float | None:

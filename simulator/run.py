@@ -347,6 +347,7 @@ class RunLoop:
                    "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,
                    "worker_restarts": federation.worker_restarts, "server_restarts": federation.server_restarts,
                    "evaluator_restarts": federation.evaluator_restarts, "worker_nodes": federation.worker_nodes(),
+                   "numerics": federation.numerics(),
                    "rounds_while_ray_started": federation.rounds_while_ray_started,
                    "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
         # a method's server metrics named "summary/<key>" land in the summary (the latest value)

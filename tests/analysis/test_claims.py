@@ -48,10 +48,11 @@ def write_yaml(path, data):
     return path
 
 
-def fake_suite(tmp_path, synthetic_raw, comparisons, finals, knn_finals=None):
+def fake_suite(tmp_path, synthetic_raw, comparisons, finals, knn_finals=None, numerics=None):
     """A suite of arms over the tiny scenario whose runs are already finished, with the given final
     linear-probe accuracies per arm and seed (round 0: 0.50 everywhere; kNN: round 0 0.40, final
-    ``knn_finals`` or linear - 0.1)."""
+    ``knn_finals`` or linear - 0.1; ``numerics``: per arm and seed the summary's ``numerics``, none
+    recorded where absent)."""
     scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
     lrs = {"a": 0.05, "b": 0.01, "c": 0.02}
     suite = {"claim": "a beats b", "paper": "Nobody et al., Table 1", "seeds": [0, 1, 2],
@@ -67,7 +68,8 @@ def fake_suite(tmp_path, synthetic_raw, comparisons, finals, knn_finals=None):
                 "initial": {"linear_top1": 0.50, "knn_top1": 0.40},
                 "final": {"linear_top1": final,
                           "knn_top1": (knn_finals or {}).get(arm, [f - 0.1 for f in per_seed])[seed]},
-                "rounds_completed": 2}))
+                "rounds_completed": 2,
+                **({"numerics": numerics[arm][seed]} if numerics and arm in numerics else {})}))
     return write_yaml(tmp_path / "claims" / "suite.yaml", suite)
 
 
@@ -100,6 +102,36 @@ def test_table_and_verdict_on_hand_made_numbers(tmp_path, synthetic_raw, capsys)
     assert "claimed a > b: a − b = +3.00 [+0.52, +5.48] points over 3 seeds → **reproduced**" in out
     assert "claimed c > b: c − b = +3.00 [-3.57, +9.57] points over 3 seeds → **not reproduced**" in out
     assert "**Claim not reproduced** (every comparison must be reproduced)." in out
+    assert "## Numerics" not in out  # no run recorded its numerics: nothing to compare
+
+
+AVX2, AVX512 = "torch 2.14.1, CPU AVX2", "torch 2.14.1, CPU AVX512"
+
+
+def test_runs_of_a_seed_on_different_numerics_are_named_and_the_verdict_is_unchanged(tmp_path, synthetic_raw,
+                                                                                    capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    comparisons = [{"arm": "a", "baseline": "b", "direction": "greater"}]
+    # seed 1: b on another instruction set; seed 2: a's run mixed two (workers on two kinds of node)
+    numerics = {"a": [[AVX2], [AVX2], [AVX2, AVX512]], "b": [[AVX2], [AVX512], [AVX2, AVX512]]}
+    suite = fake_suite(tmp_path, synthetic_raw, comparisons, finals, numerics=numerics)
+    assert main(["claim", str(suite)]) == 0
+    out = capsys.readouterr().out
+    section = out.split("## Numerics: runs of a seed computed differently")[1].split("## Per run")[0]
+    notes = [line for line in section.splitlines() if line.startswith("- ")]
+    assert notes == [f"- seed 1: a on {AVX2}; b on {AVX512}",
+                     f"- seed 2, a: one run computed with {AVX2} and {AVX512}",
+                     f"- seed 2, b: one run computed with {AVX2} and {AVX512}"]
+    assert "points over 3 seeds → **reproduced**" in out  # a note, not a change of the verdict
+
+
+def test_the_same_numerics_in_every_run_or_none_recorded_give_no_numerics_section(tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    comparisons = [{"arm": "a", "baseline": "b", "direction": "greater"}]
+    numerics = {"a": [[AVX512]] * 3}  # b's runs recorded none (made before the summary had the key)
+    suite = fake_suite(tmp_path, synthetic_raw, comparisons, finals, numerics=numerics)
+    assert main(["claim", str(suite)]) == 0
+    assert "## Numerics" not in capsys.readouterr().out
 
 
 def test_no_run_prints_an_interim_table_over_the_finished_seeds_without_a_verdict(tmp_path, synthetic_raw, capsys,

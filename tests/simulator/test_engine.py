@@ -46,6 +46,35 @@ def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run
     assert m1 == m3
     assert (2, "train/loss") in m1 and (2, "eval/knn_top1") in m1
     assert s1["final"] == s3["final"]
+    # every process computed with this machine's kernels: one numerics, recorded in the summary
+    assert s1["numerics"] == s3["numerics"] == [f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"]
+
+
+WORKERS_ON_OTHER_KERNELS = """
+import json, os, sys
+import torch
+torch.backends.cpu.get_cpu_capability()  # the driver's kernels are chosen at their first use: now
+os.environ["ATEN_CPU_CAPABILITY"] = "default"  # the Ray processes this run starts inherit it
+from simulator.run import run_scenario
+from simulator.scenario import resolve
+_, summary = run_scenario(resolve(json.loads(sys.argv[1])), sys.argv[2], progress=False)
+print(json.dumps(summary["numerics"]))
+"""
+
+
+def test_the_summary_names_the_numerics_of_the_driver_and_of_every_worker(tmp_path):
+    """A run whose worker actor computes with other kernels than the driver's slot (as workers on
+    another kind of node would) records both: its results are those of that mix."""
+    tiny = tiny_scenario(tmp_path)  # the round on Ray (not the driver's while Ray starts): a share on the actor
+    raw = {**tiny, "training": {**tiny["training"], "rounds": 1}, "eval": {**tiny["eval"], "enabled": False},
+           "ray": {**tiny["ray"], "while_starting": "wait"}}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "ATEN_CPU_CAPABILITY")}
+    done = subprocess.run([sys.executable, "-c", WORKERS_ON_OTHER_KERNELS, json.dumps(raw), str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    version = torch.__version__
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted(
+        [f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}", f"torch {version}, CPU DEFAULT"])
 
 
 def federation_weights(scenario, rounds, between_rounds=lambda r: None):
