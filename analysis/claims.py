@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from analysis.report import LEARNING_MARGINS, PairedDifference, learning_table, mean_std
+from analysis.report import LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, learning_table, mean_std, numerics_notes
 from simulator.scenario import ScenarioError, load_scenario, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
@@ -388,25 +388,6 @@ def finished_seeds(suite: Suite, states: list[RunState]) -> tuple[int, ...]:
     return tuple(seed for seed in suite.seeds if seed not in unfinished)
 
 
-def numerics_notes(suite: Suite, runs: dict[str, list[dict]]) -> list[str]:
-    """One line per seed whose arms' runs recorded different numerics (``summary.json``'s
-    ``numerics``: torch version, CPU instruction set, GPU), and per run that computed with more than
-    one; runs that recorded none (older ones) are left out."""
-    notes = []
-    for index, seed in enumerate(suite.seeds):
-        by_numerics: dict[tuple[str, ...], list[str]] = {}
-        for arm in suite.arms:
-            recorded = runs[arm][index].get("numerics")
-            if recorded:
-                by_numerics.setdefault(tuple(recorded), []).append(arm)
-                if len(recorded) > 1:
-                    notes.append(f"- seed {seed}, {arm}: one run computed with {' and '.join(recorded)}")
-        if len(by_numerics) > 1:
-            notes.append(f"- seed {seed}: " + "; ".join(f"{', '.join(arms)} on {' and '.join(numerics)}"
-                                                       for numerics, arms in by_numerics.items()))
-    return notes
-
-
 def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pending: tuple[int, ...] = ()
                 ) -> tuple[str, str]:
     """(the markdown report of the claim, its overall verdict). ``pending``: the suite's seeds left out
@@ -459,13 +440,9 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
             cells.append("n/a" if d is None else d.cell())
         kind = "decides" if comparison.direction is not None else "secondary, decides nothing"
         lines.append(f"| {comparison.arm} − {comparison.baseline} | {kind} | " + " | ".join(cells) + " |")
-    notes = numerics_notes(suite, runs)
+    notes = numerics_notes({seed: {arm: runs[arm][i] for arm in suite.arms} for i, seed in enumerate(suite.seeds)})
     if notes:
-        lines += ["", "## Numerics: runs of a seed computed differently", "",
-                  "Floating-point results differ between torch versions, CPU instruction sets and GPUs, and the "
-                  "difference grows over the rounds; a pair below is still paired in partition, initial networks "
-                  "and cohorts, but its difference carries that of the machines as well. Rerun such a seed's runs "
-                  "on one kind of machine to remove it.", "", *notes]
+        lines += ["", "## Numerics: runs of a seed computed differently", "", NUMERICS_NOTE, "", *notes]
     by_arm = [{**run, "name": name} for name in suite.arms for run in runs[name]]
     lines += ["", "## Per run: gain over its own round 0 (decides nothing)", "",
               learning_table(by_arm, LEARNING_MARGINS, label="arm").rstrip("\n")]

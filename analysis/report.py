@@ -260,6 +260,31 @@ PAIRED_NOTE = ("Differences in points, scenario minus baseline on the same seed:
                "of the mean, n - 1 degrees of freedom; n/a with one seed] (seeds on which the scenario is ahead).")
 
 
+NUMERICS_NOTE = ("Floating-point results differ between torch versions, CPU instruction sets and GPUs, and the "
+                 "difference grows over the rounds; a pair below is still paired in partition, initial networks and "
+                 "cohorts, but its difference carries that of the machines as well. Rerun such a seed's runs on one "
+                 "kind of machine to remove it.")
+
+
+def numerics_notes(by_seed: dict[int, dict[str, dict]]) -> list[str]:
+    """One line per seed whose runs (``{seed: {label: run}}``) recorded different numerics
+    (``summary.json``'s ``numerics``: torch version, CPU instruction set, GPU), and per run that
+    computed with more than one; runs that recorded none (older ones) are left out."""
+    notes = []
+    for seed, runs in by_seed.items():
+        by_numerics: dict[tuple[str, ...], list[str]] = {}
+        for label, run in runs.items():
+            recorded = run.get("numerics")
+            if recorded:
+                by_numerics.setdefault(tuple(recorded), []).append(label)
+                if len(recorded) > 1:
+                    notes.append(f"- seed {seed}, {label}: one run computed with {' and '.join(recorded)}")
+        if len(by_numerics) > 1:
+            notes.append(f"- seed {seed}: " + "; ".join(f"{', '.join(labels)} on {' and '.join(numerics)}"
+                                                       for numerics, labels in by_numerics.items()))
+    return notes
+
+
 def paired_table(runs: list[dict], baseline: str) -> str:
     """Each scenario's final accuracies minus the baseline scenario's, paired by seed: the mean of
     the per-seed differences (in points) with its 95% t-interval, and on how many seeds the
@@ -278,4 +303,11 @@ def paired_table(runs: list[dict], baseline: str) -> str:
             continue
         seeds = ",".join(map(str, differences[0].seeds))
         lines.append(f"| {name} | {seeds} | " + " | ".join(d.cell() for d in differences) + " |")
-    return "\n".join(lines) + "\n\n" + PAIRED_NOTE + "\n"
+    by_seed: dict[int, dict[str, dict]] = defaultdict(dict)
+    for name, members in groups.items():
+        for run in members:
+            by_seed[run["seed"]][name] = run
+    paired = {seed: seed_runs for seed, seed_runs in sorted(by_seed.items()) if baseline in seed_runs and len(seed_runs) > 1}
+    notes = numerics_notes(paired)
+    numerics = "\n" + NUMERICS_NOTE + "\n\n" + "\n".join(notes) + "\n" if notes else ""
+    return "\n".join(lines) + "\n\n" + PAIRED_NOTE + "\n" + numerics

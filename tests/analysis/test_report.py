@@ -10,14 +10,14 @@ from analysis.report import (LEARNING_MARGINS, by_scenario, learning_table, mark
 from simulator.cli import main
 
 
-def fake_run(tmp_path, name, seed, final_knn, projector_knn=None):
+def fake_run(tmp_path, name, seed, final_knn, projector_knn=None, numerics=None):
     run_dir = tmp_path / f"{name}-{seed}"
     run_dir.mkdir()
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump({"name": name, "seed": seed}))
     projector = lambda value: {} if projector_knn is None else {"knn_projector_top1": value}  # noqa: E731
     summary = {"initial": {"knn_top1": 0.5, "linear_top1": 0.6, **projector(0.4)},
                "final": {"knn_top1": final_knn, "linear_top1": 0.7, **projector(projector_knn)},
-               "rounds_completed": 3, "wall_seconds": 12.0}
+               "rounds_completed": 3, "wall_seconds": 12.0, **({"numerics": numerics} if numerics else {})}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
 
@@ -52,6 +52,19 @@ def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys)
     assert "| new | 0,1 | +1.50" in capsys.readouterr().out
     assert main(["report", *map(str, dirs), "--baseline", "nope"]) == 2
     assert "--baseline: expected one of the scenario names ['base', 'new'], got 'nope'" in capsys.readouterr().err
+
+
+def test_paired_table_names_the_seeds_whose_runs_computed_with_different_numerics(tmp_path):
+    avx2, avx512 = ["torch 2.14.1, CPU AVX2"], ["torch 2.14.1, CPU AVX512"]
+    dirs = [fake_run(tmp_path, "base", s, 0.6, numerics=avx2) for s in (0, 1, 2)]
+    dirs += [fake_run(tmp_path, "new", 0, 0.6, numerics=avx2), fake_run(tmp_path, "new", 1, 0.6, numerics=avx512),
+             fake_run(tmp_path, "new", 2, 0.6)]  # seed 2: recorded none (an older run)
+    table = paired_table([read_run(d) for d in dirs], "base")
+    assert [line for line in table.splitlines() if line.startswith("- ")] == [
+        "- seed 1: base on torch 2.14.1, CPU AVX2; new on torch 2.14.1, CPU AVX512"]
+    assert "CPU instruction sets" in table
+    same = [fake_run(tmp_path, "same", s, 0.6, numerics=avx2) for s in (0, 1)]
+    assert "CPU instruction sets" not in paired_table([read_run(d) for d in [*dirs[:2], *same]], "base")
 
 
 def test_projector_knn_is_shown_when_every_run_has_it(tmp_path):
