@@ -263,7 +263,8 @@ PAIRED_NOTE = ("Differences in points, scenario minus baseline on the same seed:
 NUMERICS_NOTE = ("Floating-point results differ between torch versions, CPU instruction sets and GPUs, and the "
                  "difference grows over the rounds; a pair below is still paired in partition, initial networks and "
                  "cohorts, but its difference carries that of the machines as well. Rerun such a seed's runs on one "
-                 "kind of machine to remove it.")
+                 "kind of machine to remove it (an AVX-512 machine computes as an AVX2 one with "
+                 "`ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2`, README).")
 
 
 def numerics_notes(by_seed: dict[int, dict[str, dict]]) -> list[str]:
