@@ -2,6 +2,8 @@
 thread count torch uses inside a block, and the numerics a process computes with."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -19,11 +21,65 @@ def memory_mb() -> dict[str, float]:
     return values
 
 
+# instruction-set levels, lowest first, as torch's CPU capability and oneDNN's ISA caps name them
+ISA_LEVELS = ("DEFAULT", "SSE41", "AVX", "AVX2", "AVX512")
+
+
+def isa_level(name: str) -> int | None:
+    """Position in :data:`ISA_LEVELS` of a capability or oneDNN ISA name (``AVX512_CORE_VNNI``
+    counts as AVX512, ``AVX2_VNNI`` as AVX2); None where it names none of them (``ALL``: no cap)."""
+    name = name.upper()
+    for level in reversed(range(len(ISA_LEVELS))):
+        if name.startswith(ISA_LEVELS[level]) and level > 0:
+            return level
+    return 0 if name == "DEFAULT" else None
+
+
+def cpu_flags() -> set[str]:
+    """The first CPU's ``flags`` in ``/proc/cpuinfo`` (empty where there is none, as on non-Linux
+    or non-x86 machines)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def onednn_isa(flags: set[str], environ: dict[str, str]) -> str | None:
+    """The instruction set oneDNN's kernels (torch's CPU convolutions) use: the best the CPU has
+    (its ``flags``), capped by ``ONEDNN_MAX_CPU_ISA`` (or the older ``DNNL_MAX_CPU_ISA``) in
+    ``environ``; None on a CPU that names no x86 vector extension."""
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        best = ISA_LEVELS.index("AVX512")
+    elif "avx2" in flags:
+        best = ISA_LEVELS.index("AVX2")
+    elif "avx" in flags:
+        best = ISA_LEVELS.index("AVX")
+    elif "sse4_1" in flags:
+        best = ISA_LEVELS.index("SSE41")
+    else:
+        return None
+    cap = environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA")
+    capped = isa_level(cap) if cap else None
+    return ISA_LEVELS[best if capped is None else min(best, capped)]
+
+
+def cpu_numerics(capability: str, onednn: str | None) -> str:
+    """``capability`` (torch's own CPU kernels), followed by oneDNN's instruction set where it is
+    another (as on an AVX-512 machine with ``ATEN_CPU_CAPABILITY=avx2`` alone: torch's kernels on
+    AVX2, its convolutions on AVX-512, results that are neither machine's)."""
+    if onednn is None or isa_level(capability) == ISA_LEVELS.index(onednn):
+        return capability
+    return f"{capability}, oneDNN {onednn}"
+
+
 def process_numerics(device: torch.device | str = "cpu") -> str:
     """What decides this process's floating-point results besides the code and the seed: torch's
-    version, its CPU kernels' instruction set (``torch.backends.cpu.get_cpu_capability()``) and, on
-    a GPU, the GPU's name. Runs of the same scenario and seed agree bitwise only where this agrees."""
-    described = f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"
+    version, its CPU kernels' instruction set (``torch.backends.cpu.get_cpu_capability()``, with
+    oneDNN's where that differs, :func:`cpu_numerics`) and, on a GPU, the GPU's name. Runs of the
+    same scenario and seed agree bitwise only where this agrees."""
+    onednn = onednn_isa(cpu_flags(), dict(os.environ)) if torch.backends.mkldnn.is_available() else None
+    described = f"torch {torch.__version__}, CPU {cpu_numerics(torch.backends.cpu.get_cpu_capability(), onednn)}"
     if torch.device(device).type == "cuda":
         described += f", GPU {torch.cuda.get_device_name(torch.device(device))}"
     return described
@@ -38,7 +94,6 @@ def process_start_time() -> float | None:
             boot = next(int(line.split()[1]) for line in system if line.startswith("btime"))
     except (OSError, StopIteration, ValueError, IndexError):
         return None
-    import os
     return boot + start_ticks / os.sysconf("SC_CLK_TCK")
 
 

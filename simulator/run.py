@@ -242,11 +242,20 @@ class RunLoop:
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
         if not resumed:
             self.log.log_scenario(scenario, headline_tags(scenario))
+        # the numerics of every session that computed part of this run (a resumed run may have
+        # begun on another machine): carried in the checkpoints, the summary names them all
+        self.numerics: set[str] = set(resumed.get("numerics", ()))
         self.eval_enabled = scenario["eval"]["enabled"]
         self.hparams = freeze(scenario)
         self.pending: dict[int, Any] = {}
         # the round-0 networks are taken now and evaluated after round 1, not to slow the start
         self.initial_networks = federation.networks_now() if self.eval_enabled and 0 not in self.evals else None
+
+    def numerics_so_far(self) -> list[str]:
+        """The numerics of this session's processes (:meth:`numerics` of the federation) and of the
+        sessions before a resume, sorted."""
+        self.numerics.update(self.federation.numerics())
+        return sorted(self.numerics)
 
     def collect_evals(self, wait: bool) -> None:
         for done in sorted(self.pending):
@@ -259,7 +268,7 @@ class RunLoop:
         write_checkpoint(self.run_dir, round_index, {
             "state": self.federation.state(), "rows": self.log.rows, "evals": self.evals,
             "time_to_round1": self.time_to_round1, "launch_to_round1": self.launch_to_round1,
-            "elapsed": time.time() - self.start},
+            "elapsed": time.time() - self.start, "numerics": self.numerics_so_far()},
             self.client_state_dir)
 
     def play_round(self, r: int, population: Population, display: Progress) -> None:
@@ -347,7 +356,7 @@ class RunLoop:
                    "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,
                    "worker_restarts": federation.worker_restarts, "server_restarts": federation.server_restarts,
                    "evaluator_restarts": federation.evaluator_restarts, "worker_nodes": federation.worker_nodes(),
-                   "numerics": federation.numerics(),
+                   "numerics": self.numerics_so_far(),
                    "rounds_while_ray_started": federation.rounds_while_ray_started,
                    "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
         # a method's server metrics named "summary/<key>" land in the summary (the latest value)

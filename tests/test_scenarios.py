@@ -15,7 +15,8 @@ Add this machine's capability to scenarios recorded on the other one only, keepi
 (for an unchanged scenario whose round 1 agrees with them; refused otherwise):
 ``.venv/bin/python tests/test_scenarios.py --add NAME ...``.
 
-Floating-point kernels differ between CPU instruction sets (``torch.backends.cpu.get_cpu_capability()``),
+Floating-point kernels differ between CPU instruction sets (``torch.backends.cpu.get_cpu_capability()``,
+and oneDNN's where only one of the two is capped, as ``summary.json``'s ``numerics`` names them),
 so each scenario holds one record per capability of this project's machines (AVX512 and AVX2): a run
 is compared bitwise with the record of its own capability, and its round 1 to 1e-4 relative with
 the record of every other capability. Between the two the metrics drift by at most 9e-6 relative in
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -43,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
 
+from simulator.resources import cpu_flags, cpu_numerics, onednn_isa  # noqa: E402
 from simulator.run import run_scenario  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
@@ -102,7 +105,10 @@ def state_digest(node, prefix: str = "", digest=None) -> str:
 
 
 def capability() -> str:
-    return torch.backends.cpu.get_cpu_capability()
+    """torch's CPU capability, with oneDNN's instruction set where that differs (a record is
+    bitwise only for both: ``simulator.resources.cpu_numerics``)."""
+    return cpu_numerics(torch.backends.cpu.get_cpu_capability(),
+                        onednn_isa(cpu_flags(), dict(os.environ)) if torch.backends.mkldnn.is_available() else None)
 
 
 def load_baseline() -> dict:

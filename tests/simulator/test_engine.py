@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from analysis.report import read_run
+from simulator.resources import cpu_flags, onednn_isa
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
@@ -68,13 +69,15 @@ def test_the_summary_names_the_numerics_of_the_driver_and_of_every_worker(tmp_pa
     tiny = tiny_scenario(tmp_path)  # the round on Ray (not the driver's while Ray starts): a share on the actor
     raw = {**tiny, "training": {**tiny["training"], "rounds": 1}, "eval": {**tiny["eval"], "enabled": False},
            "ray": {**tiny["ray"], "while_starting": "wait"}}
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "ATEN_CPU_CAPABILITY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA")}
     done = subprocess.run([sys.executable, "-c", WORKERS_ON_OTHER_KERNELS, json.dumps(raw), str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     version = torch.__version__
+    onednn_not_capped = onednn_isa(cpu_flags(), {})  # the worker capped torch's own kernels only
     assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted(
-        [f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}", f"torch {version}, CPU DEFAULT"])
+        [f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}",
+         f"torch {version}, CPU DEFAULT, oneDNN {onednn_not_capped}"])
 
 
 def federation_weights(scenario, rounds, between_rounds=lambda r: None):

@@ -1,0 +1,55 @@
+"""What a process computes with (``simulator.resources``): torch's CPU capability and oneDNN's
+instruction set, which differ where only one of them is capped."""
+import os
+import subprocess
+import sys
+
+import torch
+
+from simulator.resources import cpu_flags, cpu_numerics, onednn_isa
+
+AVX512_FLAGS = {"sse4_1", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+AVX2_FLAGS = {"sse4_1", "avx", "avx2", "fma"}
+
+
+def test_onednn_uses_the_best_instruction_set_of_the_cpu_unless_capped():
+    assert onednn_isa(AVX512_FLAGS, {}) == "AVX512"
+    assert onednn_isa(AVX512_FLAGS - {"avx512bw"}, {}) == "AVX2"  # AVX-512 foundation alone: not oneDNN's avx512_core
+    assert onednn_isa(AVX2_FLAGS, {}) == "AVX2"
+    assert onednn_isa(AVX512_FLAGS, {"DNNL_MAX_CPU_ISA": "AVX2"}) == "AVX2"
+    assert onednn_isa(AVX512_FLAGS, {"ONEDNN_MAX_CPU_ISA": "avx2_vnni"}) == "AVX2"
+    assert onednn_isa(AVX512_FLAGS, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX", "DNNL_MAX_CPU_ISA": "AVX2"}) == "AVX512"
+    assert onednn_isa(AVX2_FLAGS, {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}) == "AVX2"  # a cap above the CPU: the CPU
+    assert onednn_isa(AVX512_FLAGS, {"DNNL_MAX_CPU_ISA": "ALL"}) == "AVX512"
+    assert onednn_isa(AVX512_FLAGS, {"DNNL_MAX_CPU_ISA": "SSE41"}) == "SSE41"
+    assert onednn_isa({"neon", "asimd"}, {}) is None
+
+
+def test_the_numerics_name_onednn_only_where_it_differs_from_torchs_kernels():
+    assert cpu_numerics("AVX512", "AVX512") == "AVX512"
+    assert cpu_numerics("AVX2", "AVX2") == "AVX2"
+    assert cpu_numerics("AVX2", None) == "AVX2"
+    assert cpu_numerics("AVX2", "AVX512") == "AVX2, oneDNN AVX512"
+    assert cpu_numerics("DEFAULT", "AVX2") == "DEFAULT, oneDNN AVX2"
+
+
+PRINT_NUMERICS = "from simulator.resources import process_numerics; print(process_numerics())"
+
+
+def numerics_with(**caps):
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA",
+                                                              "ONEDNN_MAX_CPU_ISA")}
+    done = subprocess.run([sys.executable, "-c", PRINT_NUMERICS], env={**env, **caps}, capture_output=True,
+                          text=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
+def test_a_process_with_torchs_kernels_capped_alone_names_onednns_own():
+    """On this machine: torch's kernels capped at the default (no vector code, which every x86 CPU
+    can run) and oneDNN not: the numerics name both; with both capped, torch's alone."""
+    onednn = onednn_isa(cpu_flags(), {})
+    assert onednn is not None, "an x86 CPU with SSE4.1 at least"
+    assert numerics_with(ATEN_CPU_CAPABILITY="default") == f"torch {torch.__version__}, CPU DEFAULT, oneDNN {onednn}"
+    assert numerics_with(ATEN_CPU_CAPABILITY="default", DNNL_MAX_CPU_ISA="SSE41") == \
+        f"torch {torch.__version__}, CPU DEFAULT, oneDNN SSE41"
+    assert numerics_with() == f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"
