@@ -146,7 +146,8 @@ class Server:
         broadcast = self.method.broadcast(self.state, ctx)
         bytes_down = Counter()
         if ctx.phase == self.method.phases(ctx.round)[0]:  # a client receives the broadcast once per round
-            bytes_down.update({kind: payload_nbytes(v) * len(ctx.cohort) for kind, v in broadcast.items()})
+            receivers = len(ctx.cohort) + len(ctx.unreported)
+            bytes_down.update({kind: payload_nbytes(v) * receivers for kind, v in broadcast.items()})
         extras = []
         for share in shares:
             share_extras = {}

@@ -90,6 +90,8 @@ def test_the_engine_simulates_and_aggregates_exactly_the_reporting_clients(ray_s
 
     run_dir, summary = run_scenario(scenario, str(tmp_path / "run"), progress=False)
     assert summary["rounds_completed"] == ROUNDS
+    initial = build_method(scenario, spec).init_state()["weights"]
+    weight_bytes = sum(value.numel() * value.element_size() for value in initial.values())
     logged = {(row["round"], row["name"]): row["value"]
               for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()}
     for r, plan in plans.items():
@@ -98,6 +100,10 @@ def test_the_engine_simulates_and_aggregates_exactly_the_reporting_clients(ray_s
         # what the workers sent back: one loss, one upload and the samples of each simulated client
         assert logged[(r, "clients/completed")] == len(plan.completed), r
         assert logged[(r, "train/samples")] == sum(sizes[c] for c in plan.completed), r
+        # the downlink: every client that was online received the weights (those that then dropped
+        # out, were late or were cut by over-selection too); the uplink: the reporting ones
+        assert logged[(r, "bytes_down/weights")] == len(plan.available) * weight_bytes, r
+        assert logged[(r, "bytes_up/weights")] == len(plan.completed) * weight_bytes, r
 
     # replay the rounds in-process (one thread, as a one-CPU worker runs) with exactly the plan's
     # reporting clients, and compare with the engine's losses and checkpointed global weights
