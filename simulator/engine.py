@@ -635,10 +635,12 @@ class RayFederation:
         return next((slot for i, slot in enumerate(self.slots)
                      if isinstance(slot, WorkerInDriver) and self.worker_pool[i] == pool), None)
 
-    def wait_started(self, index: int) -> None:
-        """Until slot ``index``'s actor has started (its setup returned); one that died while starting
-        fails its next call, which replaces it."""
-        if index in self.booting:
+    def wait_started(self, index: int, timeout: float) -> None:
+        """Until slot ``index``'s actor has started (its setup returned), for at most ``timeout``
+        seconds; one that died while starting fails its next call, which replaces it, and one still
+        starting after ``timeout`` (hung, or never scheduled) gets its share anyway, whose own timeout
+        then kills and replaces it."""
+        if index in self.booting and ray.wait([self.booting[index]], timeout=timeout)[0]:
             try:
                 ray.get(self.booting.pop(index))
             except ray.exceptions.RayActorError:
@@ -662,7 +664,8 @@ class RayFederation:
         """One pass of the cohort: client steps on the workers, then the server step.
 
         A share whose worker dies (killed process, out of memory, lost node), or has not returned it
-        ``ray.share_timeout_seconds`` after its submission (a hung worker, killed), is simulated again
+        ``ray.share_timeout_seconds`` after its submission (a hung worker, killed; a worker still
+        starting gets as long again to start first), is simulated again
         on a new worker; client randomness and exact sums make the result the same as without fault,
         and the client-state store takes the pass's states only once every share has returned.
         """
@@ -680,7 +683,7 @@ class RayFederation:
 
         def submit(i: int) -> tuple["ray.ObjectRef", "ray.ObjectRef"]:
             if timeout is not None:  # a share's time counts from its submission to a started worker
-                self.wait_started(worker_of[i])
+                self.wait_started(worker_of[i], timeout)
             deadline[i] = time.monotonic() + (timeout if timeout is not None else math.inf)
             return self.slots[worker_of[i]].run.remote(broadcast, extras[i], shares[i], ctx)
 

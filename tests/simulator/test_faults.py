@@ -78,6 +78,37 @@ def test_hung_worker_is_killed_after_the_share_timeout_and_gives_the_fault_free_
         assert torch.equal(clean[name], hung[name]), name
 
 
+def test_worker_hung_while_starting_is_replaced_after_the_share_timeout(ray_session, synthetic_raw, tmp_path,
+                                                                       monkeypatch):
+    """The first worker actor never finishes starting (its setup hangs): with a share timeout it is
+    given that long to start and that long again for its share, then killed and replaced, and the
+    rounds end as without the fault (without the driver's slot, nobody stands in for it)."""
+    import ray
+
+    from simulator import engine
+
+    marker = str(tmp_path / "first_start")
+
+    class HangsOnTheFirstStart(engine.Worker):  # local, so that Ray ships it by value
+        def setup(self, spec, partition_dir, store):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+                time.sleep(300)  # the first actor of the run: hung while starting
+            except FileExistsError:
+                pass
+            super().setup(spec, partition_dir, store)
+
+    raw = {**synthetic_raw, "ray": {**synthetic_raw["ray"], "driver_simulates": False}}
+    clean, _ = federation_states(resolve(raw), 2)
+    monkeypatch.setattr(engine, "WorkerActor", ray.remote(HangsOnTheFirstStart))
+    hung_start = resolve({**raw, "ray": {**raw["ray"], "share_timeout_seconds": 20}})
+    began = time.monotonic()
+    replaced, restarts = federation_states(hung_start, 2)
+    assert restarts == 1 and time.monotonic() - began < 200  # killed at about 40 s, not after its 300 s
+    for name in clean:
+        assert torch.equal(clean[name], replaced[name]), name
+
+
 def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_store_in_round=None):
     """(the clients' stored states, the server state, worker restarts) of 3 rounds of a stateful-client
     method on one worker; in ``kill_after_store_in_round`` the store kills the worker as soon as
