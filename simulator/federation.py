@@ -146,7 +146,7 @@ class Server:
         broadcast = self.method.broadcast(self.state, ctx)
         bytes_down = Counter()
         if ctx.phase == self.method.phases(ctx.round)[0]:  # a client receives the broadcast once per round
-            receivers = len(ctx.cohort) + len(ctx.unreported)
+            receivers = len(ctx.cohort) + ctx.unreported
             bytes_down.update({kind: payload_nbytes(v) * receivers for kind, v in broadcast.items()})
         extras = []
         for share in shares:

@@ -29,10 +29,7 @@ def isa_level(name: str) -> int | None:
     """Position in :data:`ISA_LEVELS` of a capability or oneDNN ISA name (``AVX512_CORE_VNNI``
     counts as AVX512, ``AVX2_VNNI`` as AVX2); None where it names none of them (``ALL``: no cap)."""
     name = name.upper()
-    for level in reversed(range(len(ISA_LEVELS))):
-        if name.startswith(ISA_LEVELS[level]) and level > 0:
-            return level
-    return 0 if name == "DEFAULT" else None
+    return next((level for level in reversed(range(len(ISA_LEVELS))) if name.startswith(ISA_LEVELS[level])), None)
 
 
 def cpu_flags() -> set[str]:
@@ -73,13 +70,18 @@ def cpu_numerics(capability: str, onednn: str | None) -> str:
     return f"{capability}, oneDNN {onednn}"
 
 
+def process_cpu_numerics() -> str:
+    """This process's CPU kernels: :func:`cpu_numerics` of torch's capability
+    (``torch.backends.cpu.get_cpu_capability()``) and oneDNN's instruction set."""
+    onednn = onednn_isa(cpu_flags(), dict(os.environ)) if torch.backends.mkldnn.is_available() else None
+    return cpu_numerics(torch.backends.cpu.get_cpu_capability(), onednn)
+
+
 def process_numerics(device: torch.device | str = "cpu") -> str:
     """What decides this process's floating-point results besides the code and the seed: torch's
-    version, its CPU kernels' instruction set (``torch.backends.cpu.get_cpu_capability()``, with
-    oneDNN's where that differs, :func:`cpu_numerics`) and, on a GPU, the GPU's name. Runs of the
-    same scenario and seed agree bitwise only where this agrees."""
-    onednn = onednn_isa(cpu_flags(), dict(os.environ)) if torch.backends.mkldnn.is_available() else None
-    described = f"torch {torch.__version__}, CPU {cpu_numerics(torch.backends.cpu.get_cpu_capability(), onednn)}"
+    version, its CPU kernels (:func:`process_cpu_numerics`) and, on a GPU, the GPU's name. Runs of
+    the same scenario and seed agree bitwise only where this agrees."""
+    described = f"torch {torch.__version__}, CPU {process_cpu_numerics()}"
     if torch.device(device).type == "cuda":
         described += f", GPU {torch.cuda.get_device_name(torch.device(device))}"
     return described

@@ -277,9 +277,8 @@ class RunLoop:
         rounds, eval_every = scenario["training"]["rounds"], scenario["eval"]["every"]
         plan = population.plan(r)
         began = time.time()
-        unreported = tuple(sorted(set(plan.available) - set(plan.completed)))
         metrics = federation.run_round(RoundContext(r, rounds, plan.completed, scenario["seed"], self.hparams,
-                                                    unreported=unreported))
+                                                    unreported=len(plan.available) - len(plan.completed)))
         self.last_round = r
         metrics.update({"time/round_seconds": time.time() - began, **plan.counts(),
                         "memory/driver_rss_mb": memory_mb()["rss_mb"]})

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -45,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
 
-from simulator.resources import cpu_flags, cpu_numerics, onednn_isa  # noqa: E402
+from simulator.resources import process_cpu_numerics  # noqa: E402
 from simulator.run import run_scenario  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
@@ -106,9 +105,8 @@ def state_digest(node, prefix: str = "", digest=None) -> str:
 
 def capability() -> str:
     """torch's CPU capability, with oneDNN's instruction set where that differs (a record is
-    bitwise only for both: ``simulator.resources.cpu_numerics``)."""
-    return cpu_numerics(torch.backends.cpu.get_cpu_capability(),
-                        onednn_isa(cpu_flags(), dict(os.environ)) if torch.backends.mkldnn.is_available() else None)
+    bitwise only for both: ``simulator.resources.process_cpu_numerics``)."""
+    return process_cpu_numerics()
 
 
 def load_baseline() -> dict:
