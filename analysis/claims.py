@@ -16,6 +16,11 @@ A suite file (YAML, ``claims/*.yaml``) names
   ``secondary_comparisons``: ``{arm, baseline}`` pairs printed for the record, never deciding;
 - ``out``: the directory of the runs, ``OUT/ARM/seed_SEED/`` (``--runs-dir`` replaces it).
 
+``--arms A,B,...`` restricts a suite to some of its arms (:func:`restrict_to_arms`): only their runs
+start, and the table shows them and the comparisons between them; the named arms must keep at least
+one deciding comparison whole, so that a suite's deciding pair can run on every seed before its
+secondary arms.
+
 Verdict, per comparison, on the primary metric only, from the 95% Student-t interval [lo, hi] of the
 mean paired difference (points, n - 1 degrees of freedom):
 
@@ -33,6 +38,7 @@ resumed from their newest checkpoint, as ``fedssl run --resume`` does.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -91,6 +97,7 @@ class Suite:
     secondary_comparisons: tuple[Comparison, ...]
     out: str
     shared_overrides: tuple[str, ...] = field(default_factory=tuple)
+    left_out: tuple[str, ...] = ()  # arms of the file left out by ``--arms``
 
     def run_dir(self, runs_dir: Path, arm: str, seed: int) -> Path:
         return runs_dir / arm / f"seed_{seed}"
@@ -196,6 +203,28 @@ def read_suite(path: str | Path) -> Suite:
                  tuple(seeds), primary, secondary, arms, comparisons_of("comparisons", True),
                  comparisons_of("secondary_comparisons", False), text_of("out", raw["out"]),
                  overrides_of("set", raw.get("set")))
+
+
+def restrict_to_arms(suite: Suite, names: list[str]) -> Suite:
+    """The suite with only the arms ``names`` and the comparisons (deciding and secondary) whose two
+    arms are among them; raises ``ScenarioError`` for an unknown or repeated arm, or for names that
+    keep no deciding comparison whole (the table would decide nothing)."""
+    for name in names:
+        if name not in suite.arms:
+            raise ScenarioError(suite.path, "--arms", f"expected arms of the suite ({', '.join(suite.arms)}), "
+                                                      f"got {name!r}")
+    if len(set(names)) != len(names):
+        raise ScenarioError(suite.path, "--arms", f"expected each arm once, got {','.join(names)}")
+    kept = set(names)
+    comparisons = tuple(c for c in suite.comparisons if {c.arm, c.baseline} <= kept)
+    if not comparisons:
+        pairs = "; ".join(f"{c.arm},{c.baseline}" for c in suite.comparisons)
+        raise ScenarioError(suite.path, "--arms", f"expected both arms of a deciding comparison among "
+                                                  f"{','.join(names)} ({pairs})")
+    return dataclasses.replace(
+        suite, arms={name: arm for name, arm in suite.arms.items() if name in kept}, comparisons=comparisons,
+        secondary_comparisons=tuple(c for c in suite.secondary_comparisons if {c.arm, c.baseline} <= kept),
+        left_out=tuple(name for name in suite.arms if name not in kept))
 
 
 def arm_scenarios(suite: Suite) -> dict[tuple[str, int], dict]:
@@ -405,7 +434,8 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
                   f"the table is over the finished seeds and gives no verdict** (the protocol decides on all "
                   f"{len(suite.seeds) + len(pending)} seeds).", ""]
     lines += [f"Suite `{suite.path}`; runs in `{runs_dir}`; seeds {','.join(map(str, suite.seeds))}. "
-              f"Accuracies top-1 in %, round 0 (the arm's random network, same evaluation data) and final.",
+              f"Accuracies top-1 in %, round 0 (the arm's random network, same evaluation data) and final."
+              + (f" Arms of the suite left out (`--arms`): {', '.join(suite.left_out)}." if suite.left_out else ""),
               f"Primary metric (decides the verdict): **{suite.primary}**. "
               + (f"Secondary (printed, decide nothing): {', '.join(suite.secondary)}." if suite.secondary
                  else "No secondary metrics."), "",

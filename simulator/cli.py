@@ -62,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
     claim.add_argument("suite", help="claim suite YAML file (claims/*.yaml)")
     claim.add_argument("--runs-dir", metavar="DIR", help="directory of the suite's runs (default: the suite's out)")
     claim.add_argument("--progress", action="store_true", help="per-round progress lines of each run")
+    claim.add_argument("--arms", metavar="A,B,...", help="only these arms of the suite (run and shown), with the "
+                                                         "comparisons between them; they must include a deciding "
+                                                         "comparison's two arms")
     claim.add_argument("--no-run", action="store_true",
                        help="run nothing: print the table over the seeds finished in every arm (an interim one, "
                             "without a verdict, until every seed has finished)")
@@ -153,10 +156,12 @@ def claim(args) -> int:
     claim's table and verdict. A bad suite is one error line and exit 2 before anything is written."""
     from pathlib import Path
 
-    from analysis.claims import arm_scenarios, read_suite, run_missing, run_states, stale_notes
+    from analysis.claims import arm_scenarios, read_suite, restrict_to_arms, run_missing, run_states, stale_notes
     from simulator.data.datasets import DatasetUnavailable
     try:
         suite = read_suite(args.suite)
+        if args.arms is not None:
+            suite = restrict_to_arms(suite, [name.strip() for name in args.arms.split(",")])
         scenarios = arm_scenarios(suite)
         runs_dir = Path(args.runs_dir or suite.out)
         states = run_states(suite, scenarios, runs_dir)

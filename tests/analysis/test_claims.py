@@ -194,6 +194,37 @@ def test_secondary_arms_and_comparisons_are_printed_and_decide_nothing(tmp_path,
     assert "**Claim reproduced**." in out
 
 
+def test_arms_restricts_the_runs_and_the_table_to_the_named_arms(tmp_path, synthetic_raw, capsys, monkeypatch):
+    import simulator.run
+    started = []
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda scenario, *a, **k: started.append(scenario["seed"]))
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60], "c": [0.50, 0.40, 0.30]}
+    suite_file = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    suite = yaml.safe_load(suite_file.read_text())
+    suite["secondary_comparisons"] = [{"arm": "a", "baseline": "c"}, {"arm": "b", "baseline": "c"}]
+    write_yaml(suite_file, suite)
+    shutil.rmtree(tmp_path / "runs" / "c")  # the secondary arm has not run at all
+    assert main(["claim", str(suite_file), "--arms", "a, b"]) == 0
+    out = capsys.readouterr().out
+    assert started == []  # c's three runs are not started
+    assert "Arms of the suite left out (`--arms`): c." in out
+    assert "| c |" not in out and " − c |" not in out
+    assert "claimed a > b: a − b = +3.00 [+0.52, +5.48] points over 3 seeds → **reproduced**" in out
+    assert out.rstrip().endswith("**Claim reproduced**.")
+    # without --arms the same suite starts c's runs (the stand-in writes no summary: no table)
+    assert main(["claim", str(suite_file)]) == 2
+    assert started == [0, 1, 2]
+    capsys.readouterr()
+
+    cases = [("a,z", "--arms: expected arms of the suite (a, b, c), got 'z'"),
+             ("a,c", "--arms: expected both arms of a deciding comparison among a,c (a,b)"),
+             ("a,b,a", "--arms: expected each arm once, got a,b,a")]
+    for arms, expected in cases:
+        assert main(["claim", str(suite_file), "--arms", arms]) == 2
+        err = capsys.readouterr().err
+        assert err == f"fedssl: error: {suite_file}: {expected}\n", err
+
+
 # ---- errors in the suite file ---------------------------------------------------------------
 
 def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_raw, capsys):
