@@ -48,7 +48,8 @@ from typing import Any
 
 import yaml
 
-from analysis.report import LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, learning_table, mean_std, numerics_notes
+from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
+                             numerics_notes)
 from simulator.scenario import ScenarioError, load_scenario, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
@@ -436,6 +437,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     lines += [f"Suite `{suite.path}`; runs in `{runs_dir}`; seeds {','.join(map(str, suite.seeds))}. "
               f"Accuracies top-1 in %, round 0 (the arm's random network, same evaluation data) and final."
               + (f" Arms of the suite left out (`--arms`): {', '.join(suite.left_out)}." if suite.left_out else ""),
+              code_line([run for name in suite.arms for run in runs[name]]),
               f"Primary metric (decides the verdict): **{suite.primary}**. "
               + (f"Secondary (printed, decide nothing): {', '.join(suite.secondary)}." if suite.secondary
                  else "No secondary metrics."), "",

@@ -267,6 +267,22 @@ NUMERICS_NOTE = ("Floating-point results differ between torch versions, CPU inst
                  "`ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2`, README).")
 
 
+def code_line(runs: list[dict]) -> str:
+    """Which code computed the runs (``summary.json``'s ``code``, :mod:`simulator.provenance`): each
+    version with its number of runs; runs that recorded none (older ones) are counted apart."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        for version in run.get("code") or ("not recorded",):
+            counts[version] = counts.get(version, 0) + 1
+    described = [f"`{version}` ({n} run{'s' if n != 1 else ''})" for version, n in counts.items()
+                 if version != "not recorded"]
+    if "not recorded" in counts:
+        n = counts["not recorded"]
+        described.append(f"not recorded in {n} run{'s' if n != 1 else ''} (older than the record)")
+    return "Code of the runs (`summary.json` `code`; a resumed run names each session's): " + "; ".join(described) \
+        + "."
+
+
 def numerics_notes(by_seed: dict[int, dict[str, dict]]) -> list[str]:
     """One line per seed whose runs (``{seed: {label: run}}``) recorded different numerics
     (``summary.json``'s ``numerics``: torch version, CPU instruction set, GPU), and per run that

@@ -77,7 +77,7 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
     ``overrides`` given, ``fedssl evaluate``."""
     from pathlib import Path
 
-    from analysis.report import learning_table, markdown_table, paired_table, parse_margins, read_run
+    from analysis.report import code_line, learning_table, markdown_table, paired_table, parse_margins, read_run
     from simulator.data.datasets import DatasetUnavailable
     try:
         learning_margins = parse_margins(margins)
@@ -88,6 +88,7 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
             runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
         tables = [markdown_table(runs), learning_table(runs, learning_margins)]
         tables += [paired_table(runs, baseline)] if baseline else []
+        tables.append(code_line(runs) + "\n")
         if plot:
             from analysis.curves import DEFAULT_METRICS, learning_curves, write_curves
             paths = write_curves(learning_curves(runs, tuple(metrics or DEFAULT_METRICS)), Path(plot))

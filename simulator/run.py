@@ -21,6 +21,7 @@ from simulator.federation import RunFailure, ServerFailure, ServerLost
 from simulator.held_out import HeldOutImages
 from simulator.population import CohortSchedule, Population
 from simulator.progress import Progress
+from simulator.provenance import code_version
 from simulator.resources import memory_mb, process_start_time
 from simulator.scenario import fraction_suffix
 from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
@@ -245,6 +246,8 @@ class RunLoop:
         # the numerics of every session that computed part of this run (a resumed run may have
         # begun on another machine): carried in the checkpoints, the summary names them all
         self.numerics: set[str] = set(resumed.get("numerics", ()))
+        # likewise the code of every session (simulator.provenance): a resume under a later commit is said
+        self.code: list[str] = sorted(set(resumed.get("code", ())) | {code_version()})
         self.eval_enabled = scenario["eval"]["enabled"]
         self.hparams = freeze(scenario)
         self.pending: dict[int, Any] = {}
@@ -268,7 +271,7 @@ class RunLoop:
         write_checkpoint(self.run_dir, round_index, {
             "state": self.federation.state(), "rows": self.log.rows, "evals": self.evals,
             "time_to_round1": self.time_to_round1, "launch_to_round1": self.launch_to_round1,
-            "elapsed": time.time() - self.start, "numerics": self.numerics_so_far()},
+            "elapsed": time.time() - self.start, "numerics": self.numerics_so_far(), "code": self.code},
             self.client_state_dir)
 
     def play_round(self, r: int, population: Population, display: Progress) -> None:
@@ -357,7 +360,7 @@ class RunLoop:
                    "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,
                    "worker_restarts": federation.worker_restarts, "server_restarts": federation.server_restarts,
                    "evaluator_restarts": federation.evaluator_restarts, "worker_nodes": federation.worker_nodes(),
-                   "numerics": self.numerics_so_far(),
+                   "numerics": self.numerics_so_far(), "code": self.code,
                    "rounds_while_ray_started": federation.rounds_while_ray_started,
                    "peak_memory_mb": federation.peak_memory_mb(), **traffic_and_speed(self.log.rows)}
         # a method's server metrics named "summary/<key>" land in the summary (the latest value)

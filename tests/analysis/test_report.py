@@ -10,14 +10,15 @@ from analysis.report import (LEARNING_MARGINS, by_scenario, learning_table, mark
 from simulator.cli import main
 
 
-def fake_run(tmp_path, name, seed, final_knn, projector_knn=None, numerics=None):
+def fake_run(tmp_path, name, seed, final_knn, projector_knn=None, numerics=None, code=None):
     run_dir = tmp_path / f"{name}-{seed}"
     run_dir.mkdir()
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump({"name": name, "seed": seed}))
     projector = lambda value: {} if projector_knn is None else {"knn_projector_top1": value}  # noqa: E731
     summary = {"initial": {"knn_top1": 0.5, "linear_top1": 0.6, **projector(0.4)},
                "final": {"knn_top1": final_knn, "linear_top1": 0.7, **projector(projector_knn)},
-               "rounds_completed": 3, "wall_seconds": 12.0, **({"numerics": numerics} if numerics else {})}
+               "rounds_completed": 3, "wall_seconds": 12.0, **({"numerics": numerics} if numerics else {}),
+               **({"code": code} if code else {})}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
 
@@ -65,6 +66,18 @@ def test_paired_table_names_the_seeds_whose_runs_computed_with_different_numeric
     assert "CPU instruction sets" in table
     same = [fake_run(tmp_path, "same", s, 0.6, numerics=avx2) for s in (0, 1)]
     assert "CPU instruction sets" not in paired_table([read_run(d) for d in [*dirs[:2], *same]], "base")
+
+
+def test_the_report_names_the_code_of_its_runs(tmp_path, capsys):
+    one, two = "fedssl 0.1.0, git 0123456789ab", "fedssl 0.1.0, git ba9876543210+modified"
+    dirs = [fake_run(tmp_path, "a", 0, 0.6, code=[one]), fake_run(tmp_path, "a", 1, 0.6, code=[one]),
+            fake_run(tmp_path, "b", 0, 0.6, code=[one, two]),  # resumed under the second
+            fake_run(tmp_path, "b", 1, 0.6)]  # older than the record
+    assert main(["report", *map(str, dirs)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Code of the runs (`summary.json` `code`; a resumed run names each session's): "
+        "`fedssl 0.1.0, git 0123456789ab` (3 runs); `fedssl 0.1.0, git ba9876543210+modified` (1 run); "
+        "not recorded in 1 run (older than the record).")
 
 
 def test_projector_knn_is_shown_when_every_run_has_it(tmp_path):

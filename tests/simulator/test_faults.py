@@ -223,26 +223,33 @@ def test_stateful_clients_resume_from_the_checkpointed_store(ray_session, synthe
     assert not list((killed / "client_state" / "staged").iterdir())
 
 
-def test_a_resumed_run_names_the_numerics_of_the_session_it_began_in(synthetic_raw, tmp_path):
-    """A run begun on another kind of machine and finished on this one: its summary names both
-    numerics (carried by the checkpoint), so a claim can tell that its results are of that mix."""
+def test_a_resumed_run_names_the_numerics_and_code_of_the_session_it_began_in(synthetic_raw, tmp_path):
+    """A run begun on another kind of machine, under other code, and finished here: its summary names
+    both numerics and both code versions (carried by the checkpoint), so a claim can tell that its
+    results are of that mix."""
+    from simulator.provenance import code_version
     raw = {**synthetic_raw, "executor": "in_process", "training": {**synthetic_raw["training"], "rounds": 2},
            "eval": {**synthetic_raw["eval"], "enabled": False},
            "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
     run_dir, first = run_scenario(resolve(raw), str(tmp_path / "run"), progress=False)
     here = f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"
     assert first["numerics"] == [here]
+    assert first["code"] == [code_version()]
     elsewhere = "torch 2.14.1, CPU ELSEWHERE"
+    earlier_code = "fedssl 0.0.9, git 0123456789ab"
     (run_dir / "summary.json").unlink()
     shutil.rmtree(run_dir / "checkpoints" / "round_00002")
     state = run_dir / "checkpoints" / "round_00001" / "state.pt"
     payload = torch.load(state, weights_only=False)
-    assert payload["numerics"] == [here]
-    torch.save({**payload, "numerics": [elsewhere]}, state)  # as if round 1 had run on another machine
+    assert payload["numerics"] == [here] and payload["code"] == [code_version()]
+    # as if round 1 had run on another machine, under other code
+    torch.save({**payload, "numerics": [elsewhere], "code": [earlier_code]}, state)
     _, resumed = run_scenario(resolve(raw), progress=False, resume_dir=str(run_dir))
     assert resumed["numerics"] == sorted([elsewhere, here])
+    assert resumed["code"] == sorted([earlier_code, code_version()])
     newest = torch.load(run_dir / "checkpoints" / "round_00002" / "state.pt", weights_only=False)
     assert newest["numerics"] == sorted([elsewhere, here])
+    assert newest["code"] == sorted([earlier_code, code_version()])
 
 
 def test_resume_refuses_a_finished_run(ray_session, synthetic_raw, tmp_path, capsys):

@@ -1,0 +1,53 @@
+"""Which code computed a run: the commit of the checkout the package is imported from, marked
+``+modified`` only where the code a run computes with differs from it."""
+import subprocess
+from pathlib import Path
+
+from simulator.provenance import ROOT, code_version, package_version
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def checkout(root: Path) -> str:
+    """A git checkout laid out as the repository (code, scenarios, README) with one commit."""
+    for name in ("simulator/run.py", "methods/fedsc.py", "scenarios/a.yaml", "README.md"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"# {name}\n")
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    return git(root, "rev-parse", "--short=12", "HEAD")
+
+
+def test_a_checkout_names_its_commit_and_whether_its_code_was_changed(tmp_path):
+    commit = checkout(tmp_path)
+    version = f"fedssl {package_version()}"
+    assert code_version(tmp_path) == f"{version}, git {commit}"
+    # a scenario, the README or an untracked file change nothing a run computes with
+    (tmp_path / "scenarios" / "a.yaml").write_text("changed\n")
+    (tmp_path / "README.md").write_text("changed\n")
+    (tmp_path / "methods" / "new.py").write_text("untracked\n")
+    assert code_version(tmp_path) == f"{version}, git {commit}"
+    for name in ("methods/fedsc.py", "simulator/run.py"):
+        (tmp_path / name).write_text("changed\n")
+        assert code_version(tmp_path) == f"{version}, git {commit}+modified"
+        git(tmp_path, "checkout", "-q", "--", name)
+    assert code_version(tmp_path) == f"{version}, git {commit}"
+
+
+def test_outside_a_checkout_or_below_its_top_only_the_package_version(tmp_path):
+    version = f"fedssl {package_version()}"
+    (tmp_path / "plain").mkdir()
+    assert code_version(tmp_path / "plain") == version
+    # an installed copy inside some other repository (e.g. a virtual environment's site-packages)
+    # does not take that repository's commit
+    checkout(tmp_path / "repo")
+    (tmp_path / "repo" / "venv" / "site-packages").mkdir(parents=True)
+    assert code_version(tmp_path / "repo" / "venv" / "site-packages") == version
+
+
+def test_this_repository_is_named_by_its_head():
+    head = git(ROOT, "rev-parse", "--short=12", "HEAD")
+    assert code_version().startswith(f"fedssl {package_version()}, git {head}")
