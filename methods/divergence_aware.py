@@ -3,7 +3,8 @@
 
 Both are FedAvg with the BYOL objective whose clients keep their networks between rounds (the
 client-state store) and start a round from a mix of the global networks and their own; they differ
-only in the mix (``start_weights``). The server averages the online networks (encoder, projector,
+in the mix (``mix``, which ``start_weights`` applies) and FedEMA also in what a client keeps
+(``next_client_state``: its first divergence's scale). The server averages the online networks (encoder, projector,
 predictor) and the target, weighted by sample counts, as EasyFL's server does.
 
 The divergence ``d`` of a client (reference: ``Client._calculate_divergence``): the mean, over the

@@ -8,6 +8,9 @@ binds them (:meth:`Extension.bind`) to a :class:`ClientTerm` that its local step
 objective's loss:
 
     loss = term_n.base_loss(... term_1.base_loss(objective loss)) + sum of term.loss(...)
+
+A term may also replace the loss it is handed (the semi-supervised one does, as its
+``base_loss`` says); it is then built after every extension that changes the base loss.
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ SimSiam, or supervised cross-entropy as the upper bound) and uploads its network
 number of samples. The server averages them (Eq. of FedAvg: w = sum_j n_j w_j / sum_j n_j) and either
 takes the average (``server_optimizer: avg``, with server learning rate ``server_lr``:
 w <- w + server_lr (avg - w)) or feeds the averaged delta to Adam (``server_optimizer: adam``,
-FedAdam of Reddi et al. 2021, the setting of Louizos et al. 2024).
+FedAdam of Reddi et al. 2021, the setting of Louizos et al. 2024); the server step moves the online
+networks' parameters, buffers and the EMA target take the plain average
+(:mod:`methods.weight_averaging`).
 
 Extensions compose with any objective (:mod:`methods.extension`): Federated SimCLR (Louizos et al.
 2024) is this method with ``uv: true`` (:class:`methods.uv.UV`: a user-verification loss on both
@@ -35,7 +37,7 @@ from methods.local_training import Workspace, copy_into
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objective_step import train_objective
 from methods.objectives import OBJECTIVES, Objective, build_objective
-from methods.params import ServerOptimizerParams
+from methods.params import ServerOptimizerParams, server_optimizer_rules
 from methods.semi_supervised import SemiSupervised, SemiSupervisedParams
 from methods.uv import UV, UVParams
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
@@ -67,7 +69,12 @@ class FedAvg(Method):
     def param_rules(cls, config, scenario):
         objective = OBJECTIVES[config.objective]
         return [
+            *server_optimizer_rules(config),
+            ("temperature", config.temperature > 0, "a positive number"),
+            ("target_momentum", 0 <= config.target_momentum <= 1, "a number in [0, 1]"),
             ("clip_mu", config.clip_mu >= 0, "a non-negative number"),
+            ("clip_mu", config.clip_mu == 0 or objective.name == "spectral",
+             "0 with a non-spectral objective (it clips the spectral loss's projections)"),
             *(rule for extension in EXTENSIONS for rule in extension.param_rules(config, objective, scenario)),
         ]
 

@@ -216,6 +216,8 @@ class HeteroSSFL(Method):
             ("mu", c.mu >= 0, "a non-negative number"),
             ("rad_size", c.rad_size >= 2, "an integer >= 2"),
             ("rad_batch_size", c.rad_batch_size >= 2, "an integer >= 2"),
+            ("rad_batch_size", c.rad_batch_size <= c.rad_size, f"at most method.rad_size ({c.rad_size})"),
+            ("target_momentum", 0 <= c.target_momentum <= 1, "a number in [0, 1]"),
             ("kernel_weights", c.kernel_weights in ("uniform", "samples"), "uniform or samples"),
             ("rad_term", c.rad_term in ("cka", "ssl"),
              "cka (Hetero-SSFL's alignment) or ssl (the control: SSL loss on the same RAD batches)"),

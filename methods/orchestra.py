@@ -91,7 +91,7 @@ from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objectives import Objective, project
 from methods.sinkhorn import equal_size_clustering, initial_global_centroids, sgd_global_clustering
-from methods.params import ServerOptimizerParams
+from methods.params import ServerOptimizerParams, server_optimizer_rules
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
 from simulator.augment import rotate90, to_float
 from simulator.context import RoundContext, derive_seed
@@ -186,6 +186,7 @@ class Orchestra(Method):
         integers = ("num_global_clusters", "num_local_clusters", "memory_size", "clustering_iterations",
                     "global_clustering_steps")
         return [
+            *server_optimizer_rules(c),
             *((key, getattr(c, key) >= 1, "a positive integer") for key in integers),
             *((key, getattr(c, key) > 0, "a positive number") for key in ("temperature", "global_clustering_lr")),
             ("target_momentum", 0 <= c.target_momentum <= 1, "a number in [0, 1]"),

@@ -48,3 +48,14 @@ class ServerOptimizerParams(Params):
     server_lr: float = 1.0
     server_betas: tuple[float, float] = (0.9, 0.999)
     server_eps: float = 1e-8
+
+
+def server_optimizer_rules(config: ServerOptimizerParams) -> list[tuple[str, bool, str]]:
+    """The rules of the server optimiser's keys (``server_optimizer`` itself is a choice of the
+    scenario validator), for the ``param_rules`` of every method that averages weights."""
+    betas = config.server_betas
+    return [
+        ("server_lr", config.server_lr > 0, "a positive number"),
+        ("server_betas", len(betas) == 2 and all(0 <= b < 1 for b in betas), "two numbers in [0, 1), [beta1, beta2]"),
+        ("server_eps", config.server_eps > 0, "a positive number"),
+    ]

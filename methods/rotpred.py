@@ -24,7 +24,7 @@ from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objectives import Objective, project
 from methods.orchestra import NUM_ROTATIONS, orchestra_projector
-from methods.params import ServerOptimizerParams
+from methods.params import ServerOptimizerParams, server_optimizer_rules
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
 from simulator.augment import rotate90, to_float
 from simulator.context import derive_seed
@@ -48,6 +48,10 @@ class RotPred(Method):
     name = "rotpred"
     centralizable = True
     Params = ServerOptimizerParams
+
+    @classmethod
+    def param_rules(cls, config, scenario):
+        return server_optimizer_rules(config)
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)

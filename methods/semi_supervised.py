@@ -73,6 +73,10 @@ class LabelledTerm(ClientTerm):
         self.objective, self.labelled, self.classifier = objective, labelled, classifier
 
     def base_loss(self, base):
+        """Replaces the objective's batch loss (``base``) by the semi-supervised one, which splits the
+        batch by label and calls the objective on each part, something a composed ``base`` cannot be
+        called for; so no extension bound before this one may change the base loss (UV, the only one,
+        does not: it adds a term)."""
         return lambda embedding, labels, rows: semi_supervised_loss(self.objective, embedding, labels,
                                                                     self.labelled[rows], self.classifier)
 

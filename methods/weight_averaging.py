@@ -6,7 +6,10 @@ The global state holds the networks' flat weights (``"weights"``), the names of 
 under ``"weights/<name>"`` scaled by their sample count; the server takes the average
 ``w = sum_j n_j w_j / sum_j n_j`` (``server_optimizer: avg`` with ``server_lr`` 1), moves by a
 fraction of the change (``server_lr``: ``w <- w + server_lr (avg - w)``), or feeds the averaged
-delta to Adam (``server_optimizer: adam``, FedAdam).
+delta to Adam (``server_optimizer: adam``, FedAdam). The server step (``server_lr``, Adam) moves only
+the online networks' trainable parameters (``"trainable"``), as FedOpt steps a model's parameters;
+buffers (BatchNorm's running statistics) and an EMA target (BYOL's, Orchestra's) take the plain
+average, so with FedAdam or ``server_lr`` != 1 the target is not stepped like the online networks.
 """
 from __future__ import annotations
 
