@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
                               "torch": torch.__version__}
     quickstart = [*common_overrides(device, args.smoke), "dataset.name=synthetic", "training.batch_size=64"]
     report["plain"] = [
-        {"work": "simclr resnet18, synthetic_cifar10, batch 128, plain loop",
+        {"work": f"simclr resnet18, synthetic_cifar10, batch {16 if args.smoke else 128}, plain loop",
          "images_per_second": plain_simclr_rate(device, "synthetic_cifar10", "resnet18", 16 if args.smoke else 128, steps)},
         {"work": "simclr small_cnn, synthetic (28x28x1), batch 64, plain loop",
          "images_per_second": plain_simclr_rate(device, "synthetic", "small_cnn", 64, steps)},

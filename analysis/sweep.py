@@ -90,11 +90,21 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], keys: list[str], out: Path) -> None:
-    """One PNG per measure: the measure against the first swept key, one line per other combination."""
+    """One PNG per measure: the measure against the first swept key, one line per other combination
+    (a key of numbers on a number axis; any other, e.g. ``method.name``, by its values in sweep order)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     x_key, series_keys = keys[0], keys[1:]
+    x_values = list(dict.fromkeys(row[x_key] for row in rows))  # as the --over values were written
+
+    def number(value) -> float | None:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    numeric = all(number(v) is not None for v in x_values)
+    position = number if numeric else (lambda v: float(x_values.index(v)))
     for measure, label in MEASURES.items():
         figure, axis = plt.subplots(figsize=(5, 3.5))
         series: dict[str, list[tuple[float, float]]] = {}
@@ -102,11 +112,13 @@ def plot(rows: list[dict], keys: list[str], out: Path) -> None:
             if row[measure] is None:
                 continue
             name = ",".join(f"{k}={row[k]}" for k in series_keys) or measure
-            series.setdefault(name, []).append((float(row[x_key]), float(row[measure])))
+            series.setdefault(name, []).append((position(row[x_key]), float(row[measure])))
         for name, points in series.items():
             points.sort()
             axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
         axis.set_xlabel(x_key)
+        if not numeric:
+            axis.set_xticks(range(len(x_values)), [str(v) for v in x_values])
         axis.set_ylabel(label)
         if len(series) > 1:
             axis.legend(fontsize=7)

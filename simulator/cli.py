@@ -167,6 +167,8 @@ def claim(args) -> int:
         runs_dir = Path(args.runs_dir or suite.out)
         states = run_states(suite, scenarios, runs_dir)
         if args.no_run:
+            for note in stale_notes(scenarios, states):
+                print(note, file=sys.stderr)
             return interim_claim(suite, states, runs_dir)
         for state in states:  # every run to start or resume: its data at hand, before any runs
             if state.state == "new":

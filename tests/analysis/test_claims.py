@@ -163,6 +163,22 @@ def test_no_run_prints_an_interim_table_over_the_finished_seeds_without_a_verdic
                                        f"{tmp_path / 'runs'}); nothing to show\n")
 
 
+def test_a_kept_run_whose_scenario_differs_from_the_suites_is_named_with_and_without_running(
+        tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    stored = tmp_path / "runs" / "b" / "seed_1" / "scenario.yaml"
+    write_yaml(stored, {**yaml.safe_load(stored.read_text()), "training": {
+        **yaml.safe_load(stored.read_text())["training"], "lr": 0.5, "momentum": 0.0}})
+    note = (f"note: {stored.parent}: its scenario differs from the suite's at training.lr, training.momentum "
+            f"(the run is used as it is)\n")
+    for extra in ([], ["--no-run"]):
+        assert main(["claim", str(suite), *extra]) == 0
+        captured = capsys.readouterr()
+        assert captured.err == note, extra
+        assert "**Claim reproduced**." in captured.out
+
+
 def test_equivalence_inside_and_outside_the_margin(tmp_path, synthetic_raw, capsys):
     # a - b: +0.1, -0.2, +0.1: mean 0, standard error 0.1, [-0.43, +0.43] inside ±1
     finals = {"a": [0.601, 0.598, 0.601], "b": [0.60, 0.60, 0.60]}

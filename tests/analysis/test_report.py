@@ -68,6 +68,17 @@ def test_paired_table_names_the_seeds_whose_runs_computed_with_different_numeric
     assert "CPU instruction sets" not in paired_table([read_run(d) for d in [*dirs[:2], *same]], "base")
 
 
+def test_two_runs_of_one_scenario_and_seed_are_one_line_exit_2(tmp_path, capsys):
+    first, second = fake_run(tmp_path, "a", 0, 0.6), fake_run(tmp_path / "again", "a", 0, 0.7) if (
+        tmp_path / "again").mkdir() is None else None
+    other = fake_run(tmp_path, "a", 1, 0.6)
+    assert main(["report", str(first), str(other), str(second)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"fedssl: error: {first} and {second} are both scenario 'a' seed 0; expected one run per "
+                   f"scenario and seed (leave one out, or give one another name)\n")
+    assert main(["report", str(first), str(other)]) == 0
+
+
 def test_the_report_names_the_code_of_its_runs(tmp_path, capsys):
     one, two = "fedssl 0.1.0, git 0123456789ab", "fedssl 0.1.0, git ba9876543210+modified"
     dirs = [fake_run(tmp_path, "a", 0, 0.6, code=[one]), fake_run(tmp_path, "a", 1, 0.6, code=[one]),
@@ -190,6 +201,10 @@ def test_learning_table_gives_each_runs_gain_over_its_round_0_and_whether_it_cle
     assert "| a | 1 | +1.50 | +10.00 | **below the margin** on knn_top1 (+1.50 < +2) |" in table
     assert "| b | 0 | -1.00 | +10.00 | **not above its round-0 network** on knn_top1 (-1.00) |" in table
     assert "1 of 3 runs clear the learning margins (linear_top1 ≥ +4, knn_top1 ≥ +2 points over round 0)" in table
+    # a gain of exactly the margin clears it, though 100 * (0.0203 - 0.0003) < 2 in floating point
+    exact = {"initial": {"knn_top1": 0.0003, "linear_top1": 0.5006}, "final": {"knn_top1": 0.0203, "linear_top1": 0.5406}}
+    assert 100 * (0.0203 - 0.0003) < 2 and 100 * (0.5406 - 0.5006) < 4
+    assert learning_table([{**runs[0], **exact}], LEARNING_MARGINS).count("clears the margins") == 1
     # the probe's margin decides too: +10 is below a margin of 11
     assert "**below the margin** on linear_top1 (+10.00 < +11)" in learning_table(runs[:1], {"linear_top1": 11.0})
     # fedssl report prints it, with margins of the user's

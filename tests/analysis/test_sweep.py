@@ -34,6 +34,14 @@ def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, caps
     assert lines[2].startswith("sweep: 2/2 runs done  elapsed ") and len(lines) == 3
 
 
+def test_a_sweep_over_names_plots_them_in_sweep_order(tmp_path):
+    from analysis.sweep import MEASURES, plot
+    rows = [{"method.name": name, "seed": "0", **{m: 1.0 + i for m in MEASURES}}
+            for i, name in enumerate(["fedavg", "rotpred"])]
+    plot(rows, ["method.name", "seed"], tmp_path)
+    assert all((tmp_path / f"{m}.png").read_bytes()[:4] == b"\x89PNG" for m in MEASURES)
+
+
 def test_sweep_validates_every_combination_before_running(synthetic_raw, tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(synthetic_raw))
