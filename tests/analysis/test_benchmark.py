@@ -1,3 +1,5 @@
+import pytest
+
 from analysis.benchmark import format_results, plain_loop
 from simulator.scenario import resolve
 
@@ -5,6 +7,14 @@ from simulator.scenario import resolve
 def test_plain_loop_measures_steady_throughput(synthetic_raw):
     scenario = resolve({**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 3}})
     result = plain_loop(scenario, cores=1)
+    # the steady rate counts the images of rounds 2-3 (round 1 left out) over their seconds
+    from simulator.data.store import PartitionReader, prepare_partition
+    from simulator.population import Population
+    reader = PartitionReader(prepare_partition(scenario))
+    sizes = [len(reader.client(cid)[1]) for cid in range(scenario["population"]["num_clients"])]
+    population = Population(scenario["population"], 1, sizes, scenario["seed"])
+    steady = sum(sizes[cid] for r in (2, 3) for cid in population.plan(r).completed)
+    assert result["samples_per_second"] * result["seconds_per_round"] * 2 == pytest.approx(steady)
     assert result["samples_per_second"] > 0 and result["seconds_per_round"] > 0
     assert result["seconds_to_end_of_round_1"] > 0 and result["peak_memory_mb"] > 0
     table = format_results([{"mode": "loop", **result, "efficiency": 1.0}])

@@ -28,14 +28,6 @@ def test_sum_is_bitwise_independent_of_grouping_and_order():
         assert torch.equal(grouped.average()["weights/w"], reference)
 
 
-def test_float_sum_would_not_be_order_independent():
-    """The reason for fixed point: plain float32 sums of the same terms differ with grouping."""
-    items = [t.average()["weights/w"] * t.weight for t in uploads()]
-    left = ((items[0] + items[1]) + items[2]) + ((items[3] + items[4]) + items[5])
-    right = items[0] + (items[1] + (items[2] + (items[3] + (items[4] + items[5]))))
-    assert not torch.equal(left, right)
-
-
 def test_none_is_skipped_and_empty_sum_is_none():
     a = Stats.from_tensors({"x": torch.ones(2)}, weight=2)
     assert sum_stats([None, a, None]).weight == 2
