@@ -30,7 +30,7 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, add_phase_metrics, route_cohort, simulate_clients,
+from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost, add_phase_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
@@ -560,7 +560,7 @@ class RayFederation:
     (:class:`simulator.run.ray_connection_of_the_command`).
     """
 
-    MAX_WORKER_RESTARTS_PER_ROUND = 3
+    MAX_WORKER_RESTARTS_PER_PASS = 3  # a round of FedSC (two passes) may restart up to twice this
     rounds_while_ray_started = 0  # see RoundsWhileRayStarts
 
     def __init__(self, scenario: dict):
@@ -690,7 +690,7 @@ class RayFederation:
         submitted = {i: submit(i) for i in range(len(shares)) if not isinstance(runner[i], WorkerInDriver)}
         in_driver = {i: runner[i].run(broadcast, extras[i], shares[i], ctx)  # while the actors work
                      for i in range(len(shares)) if i not in submitted}
-        for attempt in range(self.MAX_WORKER_RESTARTS_PER_ROUND + 1):
+        for attempt in range(self.MAX_WORKER_RESTARTS_PER_PASS + 1):
             failed = []
             for i, (status, _) in submitted.items():
                 try:
@@ -709,9 +709,9 @@ class RayFederation:
                         raise
             if not failed:
                 break
-            if attempt == self.MAX_WORKER_RESTARTS_PER_ROUND:
-                raise RuntimeError(f"round {ctx.round}: workers kept dying or hanging (ray.share_timeout_seconds: "
-                                   f"{timeout}); giving up after {attempt} restarts")
+            if attempt == self.MAX_WORKER_RESTARTS_PER_PASS:
+                raise WorkersLost(f"round {ctx.round}: workers kept dying or hanging (ray.share_timeout_seconds: "
+                                  f"{timeout}); given up after {attempt} restarts in one pass")
             for i in failed:
                 self.replace_worker(worker_of[i])
             for i in failed:

@@ -37,6 +37,11 @@ class ServerFailure(RunFailure):
     kept dying)."""
 
 
+class WorkersLost(RunFailure):
+    """The workers of a pass kept dying or hanging, replaced each time, past the engine's limit of
+    restarts per pass; the run can be resumed from its last checkpoint (the cause may have passed)."""
+
+
 def worker_device(num_gpus: float) -> torch.device:
     return torch.device("cuda" if num_gpus > 0 and torch.cuda.is_available() else "cpu")
 

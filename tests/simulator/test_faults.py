@@ -109,6 +109,36 @@ def test_worker_hung_while_starting_is_replaced_after_the_share_timeout(ray_sess
         assert torch.equal(clean[name], replaced[name]), name
 
 
+def test_workers_that_keep_dying_stop_the_run_with_one_error_line_and_a_resume_hint(ray_session, synthetic_raw,
+                                                                                   tmp_path, monkeypatch, capsys):
+    """Every worker dies in its share of round 2: after the engine's restarts per pass the run stops
+    with one error line that names the round-1 checkpoint and how to resume (exit code 1)."""
+    import ray
+
+    from simulator import engine
+    from simulator.cli import main
+
+    class DiesInRound2(engine.Worker):  # local, so that Ray ships it by value
+        @ray.method(num_returns=2)
+        def run(self, broadcast, extras, client_ids, ctx):
+            if ctx.round >= 2:
+                os._exit(1)
+            return super().run(broadcast, extras, client_ids, ctx)
+
+    monkeypatch.setattr(engine, "WorkerActor", ray.remote(DiesInRound2))
+    raw = {**synthetic_raw, "ray": {**synthetic_raw["ray"], "driver_simulates": False, "num_workers": 1},
+           "eval": {**synthetic_raw["eval"], "enabled": False}, "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
+    scenario = tmp_path / "dies.yaml"
+    scenario.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    restarts = engine.RayFederation.MAX_WORKER_RESTARTS_PER_PASS
+    assert err == (f"fedssl: error: round 2: workers kept dying or hanging (ray.share_timeout_seconds: None); given up "
+                   f"after {restarts} restarts in one pass; the run stopped, its last good checkpoint is "
+                   f"{out / 'checkpoints' / 'round_00001'}; resume it with: fedssl run --resume {out}")
+
+
 def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_store_in_round=None):
     """(the clients' stored states, the server state, worker restarts) of 3 rounds of a stateful-client
     method on one worker; in ``kill_after_store_in_round`` the store kills the worker as soon as
