@@ -171,7 +171,10 @@ class WorkerInDriver:
 
     def run(self, broadcast: ray.ObjectRef, extras: ray.ObjectRef, client_ids: list[int], ctx: RoundContext
             ) -> WorkerResult:
-        broadcast, extras = ray.get([broadcast, extras])
+        try:
+            broadcast, extras = ray.get([broadcast, extras])
+        except ray.exceptions.RayActorError:  # the parameter-server actor died before handing them out
+            raise ServerLost(f"round {ctx.round}: the parameter server died") from None
         try:
             with threads(self.worker.pool["num_cpus"]):
                 return self.worker.run(broadcast, extras, client_ids, ctx)[1]
@@ -356,7 +359,11 @@ class EvaluatorInDriver:
                     if self.data is None:
                         self.data = load_eval_data(self.scenario)
                     if isinstance(networks, ray.ObjectRef):
-                        networks = ray.get(networks)
+                        try:
+                            networks = ray.get(networks)
+                        except ray.exceptions.RayActorError:
+                            raise ServerLost("the parameter server died before handing out networks to "
+                                             "evaluate") from None
                     future.set_result(evaluate_networks(networks, self.data, self.scenario))
                 except BaseException as err:  # handed to the caller of result()
                     future.set_exception(err)
@@ -402,17 +409,20 @@ class EvaluatorInActor:
     def new_actor(self) -> "ray.actor.ActorHandle":
         return EvaluatorActor.options(num_cpus=0, scheduling_strategy=self.on_driver_node).remote(self.scenario)
 
-    def submit(self, networks: ray.ObjectRef) -> tuple[ray.ObjectRef, ray.ObjectRef]:
-        return networks, self.actor.evaluate.remote(networks)
+    def submit(self, networks: ray.ObjectRef) -> tuple[ray.ObjectRef, ray.ObjectRef, "ray.actor.ActorHandle"]:
+        return networks, self.actor.evaluate.remote(networks), self.actor
 
     @staticmethod
-    def ready(evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> bool:
+    def ready(evaluation: tuple[ray.ObjectRef, ray.ObjectRef, "ray.actor.ActorHandle"]) -> bool:
         return bool(ray.wait([evaluation[1]], timeout=0)[0])
 
-    def result(self, evaluation: tuple[ray.ObjectRef, ray.ObjectRef]) -> dict[str, dict[str, float]]:
+    def result(self, evaluation: tuple[ray.ObjectRef, ray.ObjectRef, "ray.actor.ActorHandle"]
+               ) -> dict[str, dict[str, float]]:
         """The result (waits for it). A dead evaluator is replaced and the evaluation submitted
-        again; networks lost with a dead parameter server raise ServerLost."""
-        networks, result = evaluation
+        again (to its replacement, without a second replacement, where an earlier evaluation queued
+        on the same dead actor already replaced it); networks lost with a dead parameter server raise
+        ServerLost."""
+        networks, result, actor = evaluation
         for attempt in range(self.MAX_RESTARTS_PER_EVALUATION + 1):
             try:
                 return ray.get(result)
@@ -423,10 +433,12 @@ class EvaluatorInActor:
                     raise ServerLost("the parameter server died before handing out networks to evaluate") from None
                 if attempt == self.MAX_RESTARTS_PER_EVALUATION:
                     raise
-                ray.kill(self.actor)
-                self.actor = self.new_actor()
-                self.restarts += 1
-                result = self.actor.evaluate.remote(networks)
+                if actor is self.actor:  # this evaluation's actor died: replace it
+                    ray.kill(self.actor)
+                    self.actor = self.new_actor()
+                    self.restarts += 1
+                actor = self.actor
+                result = actor.evaluate.remote(networks)
 
     def peak_mb(self) -> float:
         return ray.get(self.actor.memory.remote())["peak_mb"]

@@ -367,6 +367,46 @@ def test_a_dead_parameter_server_is_restarted_and_the_run_ends_fault_free(fault_
         assert torch.equal(value, after["weights"][name]), name
 
 
+@pytest.mark.parametrize("dies_in", ["payload", "eval_networks"])
+def test_a_server_dead_outside_its_server_step_is_restarted_with_the_driver_simulating_and_evaluating(
+        fault_free, tmp_path, monkeypatch, dies_in):
+    """The server dies while building round 3's broadcast (read by the driver's own share) or while
+    handing out round 2's networks to evaluate (read by the driver's evaluator thread): the run
+    still heals to the fault-free result."""
+    import ray
+
+    from simulator import engine
+    from simulator.engine import ParameterServer
+    marker = str(tmp_path / "died")
+
+    class DiesOutsideTheServerStep(ParameterServer):  # local, so that Ray ships it by value
+        eval_calls = 0
+
+        def die_once(self):
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)
+
+        def payload(self, ctx, shares):
+            if dies_in == "payload" and ctx.round == 3:
+                self.die_once()
+            return super().payload(ctx, shares)
+
+        def eval_networks(self):
+            DiesOutsideTheServerStep.eval_calls += 1  # 1: the round-0 networks, 2: round 2's
+            if dies_in == "eval_networks" and DiesOutsideTheServerStep.eval_calls == 2:
+                self.die_once()
+            return super().eval_networks()
+
+    scenario, reference_dir, reference = fault_free
+    in_driver = {**scenario, "ray": {**scenario["ray"], "evaluator": "driver", "driver_simulates": True}}
+    monkeypatch.setattr(engine, "ServerActor", ray.remote(DiesOutsideTheServerStep))
+    healed_dir, healed = run_scenario(in_driver, str(tmp_path / "healed"), progress=False)
+    assert os.path.exists(marker) and healed["server_restarts"] == 1
+    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
+
+
 def test_a_dead_server_whose_checkpoint_is_unreadable_ends_with_one_line(ray_session, synthetic_raw, tmp_path,
                                                                         monkeypatch, capsys):
     import ray
@@ -384,6 +424,34 @@ def test_a_dead_server_whose_checkpoint_is_unreadable_ends_with_one_line(ray_ses
     assert err.startswith("fedssl: error: round 3: the parameter server died and its checkpoint "
                           f"{run_dir / 'checkpoints' / 'round_00002'} cannot be read"), err
     assert err.endswith(f"; resume it with: fedssl run --resume {run_dir}"), err
+
+
+def test_evaluations_queued_on_a_dead_evaluator_are_resubmitted_to_one_replacement(fault_free, tmp_path,
+                                                                                  monkeypatch):
+    """The evaluator dies in its second evaluation while the third waits behind it: both go to one
+    replacement (one restart, not one per queued evaluation), and the evaluations are fault-free."""
+    import ray
+
+    from simulator import engine
+    marker = str(tmp_path / "died")
+
+    class DiesSlowly(engine.Evaluator):
+        calls = 0
+
+        def evaluate(self, networks):
+            DiesSlowly.calls += 1
+            if DiesSlowly.calls == 2 and not os.path.exists(marker):
+                time.sleep(5)  # round 2 queues its evaluation behind this one meanwhile
+                open(marker, "w").close()
+                os._exit(1)
+            return super().evaluate(networks)
+
+    scenario, _, reference = fault_free
+    every_round = {**scenario, "eval": {**scenario["eval"], "every": 1}}
+    monkeypatch.setattr(engine, "EvaluatorActor", ray.remote(DiesSlowly))
+    _, healed = run_scenario(every_round, str(tmp_path / "healed"), progress=False)
+    assert os.path.exists(marker) and healed["evaluator_restarts"] == 1
+    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
 
 
 def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_ones(fault_free, tmp_path,
