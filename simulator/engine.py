@@ -30,7 +30,7 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost, add_phase_metrics, route_cohort, simulate_clients,
+from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost, add_phase_metrics, bytes_down_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
@@ -197,10 +197,10 @@ class ParameterServer:
         return (broadcast, bytes_down, *extras)
 
     def aggregate(self, ctx: RoundContext, bytes_down, *results: WorkerResult) -> dict[str, float]:
-        metrics = self.server.aggregate(ctx, list(results))
-        for kind, value in bytes_down.items():
-            metrics[f"bytes_down/{kind}"] = float(value)
-        return metrics
+        return {**self.server.aggregate(ctx, list(results)), **bytes_down_metrics(bytes_down)}
+
+    def bytes_down_without_reports(self, ctx: RoundContext) -> dict[str, int]:
+        return dict(self.server.bytes_down_without_reports(ctx))
 
     def eval_networks(self) -> dict[str, torch.nn.ModuleDict]:
         def load_client_state(cid: int):
@@ -256,6 +256,10 @@ class ServerInDriver:
             broadcast, extras, bytes_down = self.host.server.payload(ctx, shares)
         return ray.put(broadcast), bytes_down, [ray.put(share_extras) for share_extras in extras]
 
+    def bytes_down_without_reports(self, ctx: RoundContext) -> dict[str, int]:
+        with threads(1):
+            return self.host.bytes_down_without_reports(ctx)
+
     def aggregate(self, ctx: RoundContext, bytes_down: dict, results: list[ray.ObjectRef | WorkerResult]
                   ) -> dict[str, float]:
         """``results``: each share's sums, in the object store or (the driver's own share) here."""
@@ -305,6 +309,12 @@ class ServerInActor:
                   ) -> dict[str, float]:
         try:
             return ray.get(self.actor.aggregate.remote(ctx, bytes_down, *results))
+        except ray.exceptions.RayActorError:
+            raise ServerLost(f"round {ctx.round}: the parameter server died") from None
+
+    def bytes_down_without_reports(self, ctx: RoundContext) -> dict[str, int]:
+        try:
+            return ray.get(self.actor.bytes_down_without_reports.remote(ctx))
         except ray.exceptions.RayActorError:
             raise ServerLost(f"round {ctx.round}: the parameter server died") from None
 
@@ -684,8 +694,8 @@ class RayFederation:
         in_pool = {name: [i for i, p in enumerate(self.worker_pool) if p == name] for name in self.pools}
         routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.method.client_pool,
                               {name: len(members) for name, members in in_pool.items()})
-        if not routes:
-            return {"clients/completed": 0.0}
+        if not routes:  # nobody reports; the online clients received the broadcast all the same
+            return {"clients/completed": 0.0, **bytes_down_metrics(self.server.bytes_down_without_reports(ctx))}
         shares = [share for _, _, share in routes]
         worker_of = [in_pool[pool][slot] for pool, slot, _ in routes]
         runner = [self.stand_in(index) or self.slots[index] for index in worker_of]

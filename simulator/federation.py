@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -130,6 +130,11 @@ def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dic
     return result
 
 
+def bytes_down_metrics(bytes_down: Mapping[str, int]) -> dict[str, float]:
+    """``bytes_down/<kind>`` metrics of a pass's bytes sent down per kind."""
+    return {f"bytes_down/{kind}": float(value) for kind, value in bytes_down.items()}
+
+
 def add_phase_metrics(metrics: dict[str, float], phase_metrics: dict[str, float]) -> dict[str, float]:
     """A round's metrics after one more pass: traffic (``bytes_*``) adds up, the rest is the later
     pass's."""
@@ -146,13 +151,23 @@ class Server:
         self.method = method
         self.state = method.init_state()
 
+    def broadcast_bytes(self, ctx: RoundContext, broadcast: dict) -> Counter:
+        """The bytes of ``broadcast`` sent down per kind: to every online client (the cohort and the
+        ``ctx.unreported``), once per round (in its first pass)."""
+        if ctx.phase != self.method.phases(ctx.round)[0]:
+            return Counter()
+        receivers = len(ctx.cohort) + ctx.unreported
+        return Counter({kind: payload_nbytes(v) * receivers for kind, v in broadcast.items()})
+
+    def bytes_down_without_reports(self, ctx: RoundContext) -> Counter:
+        """The bytes sent down in a pass whose cohort is empty (every online client dropped out or
+        was late): the broadcast still reached them."""
+        return self.broadcast_bytes(ctx, self.method.broadcast(self.state, ctx))
+
     def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[dict, list[dict[int, Any]], Counter]:
         """The broadcast, each share's per-client extras, and the bytes sent down per kind."""
         broadcast = self.method.broadcast(self.state, ctx)
-        bytes_down = Counter()
-        if ctx.phase == self.method.phases(ctx.round)[0]:  # a client receives the broadcast once per round
-            receivers = len(ctx.cohort) + ctx.unreported
-            bytes_down.update({kind: payload_nbytes(v) * receivers for kind, v in broadcast.items()})
+        bytes_down = self.broadcast_bytes(ctx, broadcast)
         extras = []
         for share in shares:
             share_extras = {}

@@ -21,7 +21,7 @@ from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data
-from simulator.federation import (Server, WorkerFailure, add_phase_metrics, route_cohort, simulate_clients,
+from simulator.federation import (Server, WorkerFailure, add_phase_metrics, bytes_down_metrics, route_cohort, simulate_clients,
                                   worker_device, worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
@@ -62,8 +62,9 @@ class InProcessFederation:
     def run_phase(self, ctx: RoundContext) -> dict[str, float]:
         routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.method.client_pool,
                               {name: pool["count"] for name, pool in self.pools.items()})
-        if not routes:
-            return {"clients/completed": 0.0}
+        if not routes:  # nobody reports; the online clients received the broadcast all the same
+            with threads(1):
+                return {"clients/completed": 0.0, **bytes_down_metrics(self.server.bytes_down_without_reports(ctx))}
         shares = [share for _, _, share in routes]
         with threads(1):  # the server actor's thread count (Ray gives an actor without CPUs one)
             broadcast, extras, bytes_down = self.server.payload(ctx, shares)
@@ -89,9 +90,7 @@ class InProcessFederation:
             self.store.commit()
         with threads(1):
             metrics = self.server.aggregate(ctx, results)
-        for kind, value in bytes_down.items():
-            metrics[f"bytes_down/{kind}"] = float(value)
-        return metrics
+        return {**metrics, **bytes_down_metrics(bytes_down)}
 
     def networks_now(self) -> dict[str, torch.nn.ModuleDict]:
         """A copy of the networks to evaluate, as they are now."""

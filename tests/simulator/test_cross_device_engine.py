@@ -141,3 +141,29 @@ def test_the_engine_simulates_and_aggregates_exactly_the_reporting_clients(ray_s
         assert engine_weights.keys() == replayed[r].keys()
         for name, value in engine_weights.items():
             assert torch.equal(value, replayed[r][name]), (r, name)
+
+
+@pytest.mark.parametrize("executor, server", [("ray", "driver"), ("ray", "actor"), ("in_process", "driver")])
+def test_a_round_in_which_every_online_client_drops_out_counts_its_broadcast(ray_session, synthetic_raw, tmp_path,
+                                                                             executor, server):
+    """Nobody reports (dropout 1): nothing is simulated or aggregated, the weights stay the initial
+    ones, and the online clients' downlink is counted all the same."""
+    scenario = resolve({**synthetic_raw, "executor": executor,
+                        "population": {**synthetic_raw["population"], "dropout": 1.0, "availability": 0.75},
+                        "ray": {**synthetic_raw["ray"], "server": server},
+                        "eval": {"enabled": False}, "output": {**synthetic_raw["output"], "checkpoint_every": 1}})
+    partition_dir = prepare_partition(scenario)
+    spec = data_spec(partition_dir, scenario)
+    population = Population(scenario["population"], 1, spec.client_sizes, scenario["seed"])
+    initial = build_method(scenario, spec).init_state()["weights"]
+    weight_bytes = sum(value.numel() * value.element_size() for value in initial.values())
+    run_dir, _ = run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    logged = {(row["round"], row["name"]): row["value"]
+              for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()}
+    for r in (1, 2):
+        plan = population.plan(r)
+        assert plan.available and not plan.completed, r
+        assert logged[(r, "clients/completed")] == 0 and (r, "bytes_up/weights") not in logged, r
+        assert logged[(r, "bytes_down/weights")] == len(plan.available) * weight_bytes, r
+    final = torch.load(run_dir / "checkpoints" / "round_00002" / "state.pt", weights_only=False)["state"]["weights"]
+    assert all(torch.equal(final[name], value) for name, value in initial.items())
