@@ -139,12 +139,14 @@ def stopped(err: BaseException, then: str | None = None) -> int:
     return 128 + getattr(signal, name)
 
 
-def resumable(run_dir: str, overrides: list[str]) -> str:
+def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
     from pathlib import Path
     path = Path(run_dir)
     if overrides:
         raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
+    if out:
+        raise ScenarioError(run_dir, "--out", "a resumed run goes on in its own directory; drop --out")
     if not (path / "scenario.yaml").exists():
         raise ScenarioError(run_dir, "-", "not a run directory (no scenario.yaml)")
     if (path / "summary.json").exists():
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and (args.resume is None) == (args.scenario is None):
             raise ScenarioError("fedssl run", "-", "expected a scenario file or --resume RUN_DIR (one of them)")
         if args.command == "run" and args.resume:
-            args.scenario = resumable(args.resume, args.overrides)
+            args.scenario = resumable(args.resume, args.overrides, args.out)
         scenario = load_scenario(args.scenario, args.overrides)
         if args.command == "run" and args.out and refuses(Path(args.out)):
             raise FileExistsError(f"{args.out}: output directory is not empty; choose another --out")

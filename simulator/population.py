@@ -54,6 +54,8 @@ def read_trace(path: str) -> tuple[frozenset[int], ...]:
             online.setdefault(int(row["round"]), set()).add(int(row["client"]))
     if not online:
         raise ValueError(f"{path}: availability trace has no rows (expected columns round,client)")
+    if min(online) < 0:
+        raise ValueError(f"{path}: round {min(online)} is negative")
     return tuple(frozenset(online.get(r, ())) for r in range(max(online) + 1))
 
 

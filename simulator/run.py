@@ -185,24 +185,27 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
 
 
 def traffic_and_speed(rows: list[tuple[int, str, float, float]]) -> dict[str, float]:
-    """Bytes up/down (total and per round), steady-state speed (rounds after the first), and the
-    driver's largest resident memory over the rounds (its peak counts this run only, unlike VmHWM
-    when one driver runs several scenarios, as in a sweep)."""
+    """Bytes up/down (totals, a setup round's included; per round, over the training rounds 1..T
+    only, so that a method with a setup round of every client is not charged it per round),
+    steady-state speed (rounds after the first), and the driver's largest resident memory over the
+    rounds (its peak counts this run only, unlike VmHWM when one driver runs several scenarios, as
+    in a sweep)."""
     totals: dict[str, float] = {"bytes_up": 0.0, "bytes_down": 0.0}
-    seconds, samples, rounds, driver_rss = 0.0, 0.0, set(), 0.0
+    seconds, samples, rounds, driver_rss, training_bytes = 0.0, 0.0, set(), 0.0, 0.0
     for round_index, name, value, _ in rows:
         if name == "memory/driver_rss_mb":
             driver_rss = max(driver_rss, value)
         direction = name.split("/", 1)[0]
         if direction in totals:
             totals[direction] += value
+            training_bytes += value if round_index >= 1 else 0.0
         if round_index >= 2 and name == "time/round_seconds":
             seconds += value
             rounds.add(round_index)
         if round_index >= 2 and name == "train/samples":
             samples += value
     all_rounds = max(1, len({r for r, n, _, _ in rows if n == "time/round_seconds" and r >= 1}))
-    return {**totals, "bytes_per_round": (totals["bytes_up"] + totals["bytes_down"]) / all_rounds,
+    return {**totals, "bytes_per_round": training_bytes / all_rounds,
             "steady_seconds_per_round": seconds / len(rounds) if rounds else None,
             "steady_samples_per_second": samples / seconds if seconds else None,
             "driver_rss_mb_max": driver_rss}

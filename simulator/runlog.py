@@ -1,7 +1,8 @@
 """A run's directory: resolved scenario, metrics (Parquet + TensorBoard), summary, checkpoints.
 
-Every file is written atomically (temporary sibling, then ``os.replace``), so a reader or a killed
-run never sees a half-written file.
+Every file but TensorBoard's event files is written atomically (temporary sibling, then
+``os.replace``), so a reader or a killed run never sees a half-written one; the event files are
+appended as TensorBoard's writer does (a resumed run purges the steps after its checkpoint).
 """
 from __future__ import annotations
 

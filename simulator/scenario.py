@@ -57,10 +57,11 @@ POSITIVE = {"population.num_clients", "population.clients_per_round", "training.
             "partition.k", "partition.rotation_bins", "dataset.train_subset", "eval.train_subset", "eval.test_subset",
             "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr",
             "eval.label_draws", "eval.finetune_batch_size", "eval.finetune_lr",
-            "population.diurnal_period", "population.deadline_seconds", "ray.share_timeout_seconds"}
+            "population.diurnal_period", "population.deadline_seconds", "ray.share_timeout_seconds",
+            "eval.knn_temperature"}
 NON_NEGATIVE = {"training.momentum", "training.weight_decay", "training.grad_clip_norm", "ray.worker.num_cpus",
                 "eval.finetune_steps",
-                "ray.worker.num_gpus", "eval.knn_temperature", "augment.brightness",
+                "ray.worker.num_gpus", "augment.brightness",
                 "augment.contrast", "augment.saturation", "population.availability_spread",
                 "population.diurnal_amplitude", "population.over_selection"}
 PROBABILITIES = {"population.dropout", "population.availability", "augment.flip_prob", "augment.jitter_prob",
@@ -251,7 +252,7 @@ def check_values(scenario: dict, source: str) -> None:
         value = lookup(scenario, key)
         if value is not None and value not in allowed:
             raise ScenarioError(source, key, f"expected one of {', '.join(allowed)}, got {value!r}")
-    for key in POSITIVE | NON_NEGATIVE | PROBABILITIES:
+    for key in sorted(POSITIVE | NON_NEGATIVE | PROBABILITIES):  # the first bad key, whatever the hash seed
         value = lookup(scenario, key)
         if value is None:
             continue
@@ -277,6 +278,26 @@ def check_values(scenario: dict, source: str) -> None:
     crop = scenario["augment"]["crop_scale"]
     if len(crop) != 2 or not 0 < crop[0] <= crop[1] <= 1:
         raise ScenarioError(source, "augment.crop_scale", f"expected [min, max] with 0 < min <= max <= 1, got {crop!r}")
+    if population["availability_trace"] is not None:
+        check_trace(population["availability_trace"], population["num_clients"], source)
+
+
+def check_trace(path: str, num_clients: int, source: str) -> None:
+    """``population.availability_trace``: a readable ``round,client`` CSV whose client ids are the
+    population's (an id outside it would silently leave a client offline for good)."""
+    from simulator.population import read_trace
+    key = "population.availability_trace"
+    try:
+        rounds = read_trace(str(Path(path).expanduser()))
+    except OSError as err:
+        raise ScenarioError(source, key, f"cannot read {path}: {err.strerror or err}") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ScenarioError(source, key, f"expected a CSV with columns round,client of non-negative integers, "
+                                         f"got {path} ({err})") from None
+    outside = sorted(c for online in rounds for c in online if not 0 <= c < num_clients)
+    if outside:
+        raise ScenarioError(source, key, f"expected client ids in [0, {num_clients}) (population.num_clients), "
+                                         f"got {outside[0]} in {path}")
 
 
 def check_gpus(gpus: float, key: str, source: str) -> None:

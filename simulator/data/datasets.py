@@ -146,7 +146,8 @@ def scenario_dataset(dataset_cfg: dict, seed: int) -> ImageDataset:
     return ImageDataset(data.name, train_x, train_y, data.test_x, data.test_y, data.num_classes)
 
 
-def seeded_subset(x: torch.Tensor, y: torch.Tensor, size: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def seeded_subset(x: torch.Tensor, y: torch.Tensor, size: int | None, seed: int | np.random.SeedSequence
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """A seeded random subset of ``size`` rows (all rows when ``size`` is None or too large)."""
     if size is None or size >= len(y):
         return x, y

@@ -114,7 +114,7 @@ def _rotations(indices: tuple[np.ndarray, ...], bins: int, alpha: float,
 
 
 def _check_arguments(kind: str, classes: np.ndarray, num_clients: int, alpha: float, k: int,
-                     rotation_bins: int, rotation_alpha: float, min_size: int) -> None:
+                     rotation_bins: int, rotation_alpha: float) -> None:
     """Raise ValueError naming the first argument that is out of range for ``kind``."""
     num_classes = classes.max() + 1
     checks = [
@@ -123,9 +123,7 @@ def _check_arguments(kind: str, classes: np.ndarray, num_clients: int, alpha: fl
          num_clients),
     ]
     if kind in ("dirichlet", "joint"):
-        checks += [(alpha > 0, "alpha", "positive", alpha),
-                   (1 <= min_size <= len(classes) // num_clients, "min_size",
-                    f"between 1 and samples per client ({len(classes) // num_clients})", min_size)]
+        checks.append((alpha > 0, "alpha", "positive", alpha))
     if kind == "classes_per_client":
         checks.append((1 <= k <= num_classes, "k", f"between 1 and the number of classes ({num_classes})", k))
     if kind in ("rotation", "joint"):
@@ -138,11 +136,12 @@ def _check_arguments(kind: str, classes: np.ndarray, num_clients: int, alpha: fl
 
 def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *, alpha: float = 0.5,
                    scale_by_prior: bool = False, k: int = 2, rotation_bins: int = 10,
-                   rotation_alpha: float = 0.1, min_size: int = 2) -> Partition:
+                   rotation_alpha: float = 0.1) -> Partition:
     """Split the samples with ``labels`` among ``num_clients`` clients; deterministic in ``seed``.
 
     iid: random equal split. dirichlet: equal-size clients with class proportions ~ Dir(alpha * prior)
-    if ``scale_by_prior`` else Dir(alpha), each client keeping at least ``min_size`` samples.
+    if ``scale_by_prior`` else Dir(alpha) (every client holds ``len(labels) // num_clients`` samples,
+    or one more).
     classes_per_client: each client holds ``k`` classes. rotation: iid, plus per-sample rotation angles
     skewed per client over ``rotation_bins`` bins by Dir(rotation_alpha). joint: dirichlet plus rotation.
     """
@@ -150,7 +149,7 @@ def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *
     if labels.ndim != 1 or len(labels) == 0 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be a non-empty 1-D integer array, got {labels.dtype} {labels.shape}")
     _, classes = np.unique(labels, return_inverse=True)  # classes present, numbered 0..C-1
-    _check_arguments(kind, classes, num_clients, alpha, k, rotation_bins, rotation_alpha, min_size)
+    _check_arguments(kind, classes, num_clients, alpha, k, rotation_bins, rotation_alpha)
     rng = np.random.default_rng(seed)
     if kind in ("iid", "rotation"):
         owners = _iid_owners(len(classes), num_clients, rng)

@@ -288,6 +288,13 @@ def test_resume_refuses_a_finished_run(ray_session, synthetic_raw, tmp_path, cap
                               str(tmp_path / "done"), progress=False)
     assert main(["run", "--resume", str(run_dir)]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+    (run_dir / "summary.json").unlink()  # resumable now, but not with another scenario or directory
+    for extra, message in ((["--set", "training.lr=0.1"], "--set: a resumed run keeps its scenario; drop --set"),
+                           (["--out", str(tmp_path / "elsewhere")],
+                            "--out: a resumed run goes on in its own directory; drop --out")):
+        assert main(["run", "--resume", str(run_dir), *extra]) == 2
+        assert capsys.readouterr().err == f"fedssl: error: {run_dir}: {message}\n"
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(ray_session, synthetic_raw,

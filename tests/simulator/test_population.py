@@ -74,6 +74,25 @@ def test_availability_trace_decides_who_is_online(tmp_path):
     assert all(c % 2 == 0 for c in pop.plan(2).available)  # wraps around to trace round 0
 
 
+def test_a_bad_availability_trace_is_one_line_when_the_scenario_loads(tmp_path):
+    def trace(text):
+        path = tmp_path / f"trace{len(list(tmp_path.iterdir()))}.csv"
+        path.write_text(text)
+        return str(path)
+    key = "population.availability_trace"
+    cases = [(str(tmp_path / "missing.csv"), f"{key}: cannot read {tmp_path / 'missing.csv'}: No such file"),
+             (trace("round,client\n0,3\n1,8\n"), f"{key}: expected client ids in [0, 8) (population.num_clients), got 8"),
+             (trace("round,id\n0,3\n"), f"{key}: expected a CSV with columns round,client"),
+             (trace("round,client\n0,x\n"), f"{key}: expected a CSV with columns round,client"),
+             (trace("round,client\n-1,2\n"), "round -1 is negative")]
+    for path, message in cases:
+        with pytest.raises(ScenarioError) as err:
+            resolve({"population": {"num_clients": 8, "clients_per_round": 4, "availability_trace": path}})
+        assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+    good = trace("round,client\n0,3\n1,7\n")
+    resolve({"population": {"num_clients": 8, "clients_per_round": 4, "availability_trace": good}})
+
+
 def test_speed_tiers_are_validated():
     with pytest.raises(ScenarioError, match="population.speed_tiers: expected a list of {fraction, samples_per_second}"):
         resolve({"population": {"speed_tiers": [{"fraction": 1.0}]}})

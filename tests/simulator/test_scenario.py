@@ -36,6 +36,7 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"method": {"objective": "moco"}}, "method.objective", "expected one of simclr"),
     ({"method": {"queue_size": 10}}, "method.queue_size", "unknown key"),
     ({"method": {"server_lr": 0}}, "method.server_lr", "expected a positive number, got 0"),
+    ({"eval": {"knn_temperature": 0}}, "eval.knn_temperature", "expected a positive number, got 0"),
     ({"method": {"server_betas": [0.9]}}, "method.server_betas", "expected two numbers in [0, 1)"),
     ({"method": {"server_betas": [0.9, 1.0]}}, "method.server_betas", "expected two numbers in [0, 1)"),
     ({"method": {"server_eps": 0}}, "method.server_eps", "expected a positive number, got 0"),
@@ -105,3 +106,15 @@ def test_shipped_scenarios_are_valid():
     assert SCENARIOS, "no scenarios shipped"
     for path in SCENARIOS:
         load_scenario(path)
+
+
+def test_of_several_bad_values_the_same_one_is_named_whatever_the_hash_seed(tmp_path):
+    import subprocess
+    import sys
+    path = write(tmp_path, {"training": {"momentum": -1, "rounds": 0}, "eval": {"every": 0}})
+    code = ("import sys; from simulator.scenario import load_scenario\n"
+            "try:\n    load_scenario(sys.argv[1])\nexcept ValueError as err:\n    print(err)")
+    named = {subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True,
+                            env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout
+             for seed in range(6)}
+    assert len(named) == 1, named

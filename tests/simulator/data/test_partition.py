@@ -74,10 +74,10 @@ def test_scale_by_prior_follows_class_frequencies():
     np.testing.assert_allclose(uniform[0], 0.25, atol=0.01)  # the first client draws Dir(alpha * ones)
 
 
-def test_dirichlet_clients_have_equal_sizes_at_least_min_size():
+def test_dirichlet_clients_have_equal_sizes():
     for alpha in (1e-3, 1e5):
-        sizes = make_partition("dirichlet", SHUFFLED, 333, seed=0, alpha=alpha, min_size=3).sizes()
-        assert sizes.min() >= 3 and sizes.max() - sizes.min() <= 1
+        sizes = make_partition("dirichlet", SHUFFLED, 333, seed=0, alpha=alpha).sizes()
+        assert sizes.min() == len(SHUFFLED) // 333 and sizes.max() - sizes.min() <= 1
 
 
 def test_one_class_per_client_gives_each_client_a_whole_class():
@@ -135,7 +135,6 @@ def test_labels_need_not_be_contiguous():
     (dict(kind="shards"), "kind must be one of iid, dirichlet, .*, got 'shards'"),
     (dict(kind="dirichlet", alpha=0.0), "alpha must be positive, got 0.0"),
     (dict(kind="joint", alpha=-1.0), "alpha must be positive, got -1.0"),
-    (dict(kind="dirichlet", min_size=200), r"min_size must be between 1 and samples per client \(100\), got 200"),
     (dict(kind="classes_per_client", k=0), r"k must be between 1 and the number of classes \(10\), got 0"),
     (dict(kind="classes_per_client", k=11), r"k must be between 1 and the number of classes \(10\), got 11"),
     (dict(kind="classes_per_client", k=1, num_clients=5), r"num_clients \* k must be at least the number of classes"),
