@@ -15,16 +15,20 @@ import torch
 FIXED_POINT_BITS = 32
 _SCALE = float(2**FIXED_POINT_BITS)
 _LIMIT = 2.0**52  # per client: leaves room for 2**11 clients at the limit in an int64 sum
+_SUM_LIMIT = 2.0**63  # an int64 sum; a sum whose bound reaches it could wrap around silently
 
 
 class Stats:
-    """Weighted sums of named tensors; ``a + b`` adds, ``average()`` divides by the summed weight."""
+    """Weighted sums of named tensors; ``a + b`` adds, ``average()`` divides by the summed weight.
+    ``bound``: the summed clients' largest fixed-point magnitudes, a bound on every entry of the sums,
+    so that an addition that could wrap around in int64 raises instead."""
 
-    __slots__ = ("sums", "weight")
+    __slots__ = ("sums", "weight", "bound")
 
-    def __init__(self, sums: dict[str, torch.Tensor], weight: int):
+    def __init__(self, sums: dict[str, torch.Tensor], weight: int, bound: float):
         self.sums = sums
         self.weight = weight
+        self.bound = bound
 
     @classmethod
     def from_tensors(cls, tensors: Mapping[str, torch.Tensor], weight: int) -> "Stats":
@@ -37,25 +41,32 @@ class Stats:
         names_by_device: dict[torch.device, list[str]] = {}
         for name, value in scaled.items():
             names_by_device.setdefault(value.device, []).append(name)
+        bound = 0.0
         for names in names_by_device.values():  # one check per device (a UV row may sit on the CPU)
-            too_large = torch.stack([~torch.isfinite(scaled[n]).all() | (scaled[n].abs().max() >= _LIMIT)
-                                     for n in names])
+            largest = torch.stack([scaled[n].abs().max() for n in names])  # NaN or inf where not finite
+            too_large = ~torch.isfinite(largest) | (largest >= _LIMIT)
             if too_large.any():
                 raise OverflowError(
                     f"upload {names[int(too_large.nonzero()[0])]!r} is not finite or too large for exact "
                     f"aggregation (max |value| x weight must stay below 2**20)")
-        return cls({name: torch.round(v).to(torch.int64) for name, v in scaled.items()}, weight)
+            bound = max(bound, float(largest.max()))
+        return cls({name: torch.round(v).to(torch.int64) for name, v in scaled.items()}, weight, bound + 0.5)
 
     def to(self, device: str | torch.device) -> "Stats":
         """The same sums on ``device``."""
-        return Stats({k: v.to(device) for k, v in self.sums.items()}, self.weight)
+        return Stats({k: v.to(device) for k, v in self.sums.items()}, self.weight, self.bound)
 
     def __add__(self, other: "Stats | None") -> "Stats":
         if other is None:
             return self
         if self.sums.keys() != other.sums.keys():
             raise ValueError(f"cannot add Stats with keys {sorted(self.sums)} and {sorted(other.sums)}")
-        return Stats({k: self.sums[k] + other.sums[k] for k in self.sums}, self.weight + other.weight)
+        bound = self.bound + other.bound
+        if bound >= _SUM_LIMIT:
+            raise OverflowError(f"uploads of {self.weight + other.weight} weight too large to sum exactly: the sum "
+                                f"of their clients' largest |value| x weight could pass 2**31 (int64 fixed "
+                                f"point); fewer clients per sum or smaller uploads")
+        return Stats({k: self.sums[k] + other.sums[k] for k in self.sums}, self.weight + other.weight, bound)
 
     __radd__ = __add__
 

@@ -51,6 +51,16 @@ def test_the_overflow_check_names_the_first_bad_tensor_among_several():
         Stats.from_tensors(tensors, weight=1)
 
 
+def test_a_sum_that_could_wrap_around_in_int64_raises():
+    # each client at about 2**19.5 x 1 (fixed point 2**51.5, under the per-client limit 2**52):
+    # 2**11.5 (2896) of them could reach 2**63
+    near_limit = Stats.from_tensors({"x": torch.tensor([741455.0, -1.0])}, weight=1)
+    total = sum_stats([near_limit] * 2000)  # 2000 * 2**51.5 < 2**63: exact
+    assert total.total()["x"][0].item() == 2000 * 741455.0
+    with pytest.raises(OverflowError, match="too large to sum exactly"):
+        sum_stats([near_limit] * 3000)
+
+
 def test_sums_move_between_devices_unchanged():
     a = Stats.from_tensors({"x": torch.tensor([0.1, -2.5])}, weight=3)
     moved = a.to("meta")
