@@ -75,7 +75,6 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
            plot: str | None = None, metrics: list[str] | None = None, margins: list[str] | None = None) -> int:
     """``fedssl report`` (the runs' own numbers, and their learning curves in ``plot``) or, with
     ``overrides`` given, ``fedssl evaluate``."""
-    from pathlib import Path
 
     from analysis.report import code_line, learning_table, markdown_table, paired_table, parse_margins, read_run
     from simulator.data.datasets import DatasetUnavailable
@@ -102,7 +101,6 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
 
 def study(args) -> int:
     """``fedssl sweep`` and ``fedssl benchmark``."""
-    from pathlib import Path
 
     from simulator.data.datasets import DatasetUnavailable
     from simulator.run import RunStopped, ray_connection_of_the_command, stop_signals
@@ -141,7 +139,6 @@ def stopped(err: BaseException, then: str | None = None) -> int:
 
 def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
-    from pathlib import Path
     path = Path(run_dir)
     if overrides:
         raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
@@ -157,7 +154,6 @@ def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
 def claim(args) -> int:
     """``fedssl claim SUITE.yaml``: run what is unfinished (resume the interrupted), then print the
     claim's table and verdict. A bad suite is one error line and exit 2 before anything is written."""
-    from pathlib import Path
 
     from analysis.claims import arm_scenarios, read_suite, restrict_to_arms, run_missing, run_states, stale_notes
     from simulator.data.datasets import DatasetUnavailable

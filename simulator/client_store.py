@@ -45,9 +45,6 @@ class ClientStateStore:
         for staged in sorted(self.staging.glob("client_*.pt")):
             os.replace(staged, self.directory / staged.name)
 
-    def nbytes(self) -> int:
-        return sum(p.stat().st_size for p in self.directory.glob("client_*.pt"))
-
 
 def dumps(state: Any) -> bytes:
     buffer = io.BytesIO()

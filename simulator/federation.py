@@ -54,18 +54,6 @@ def worker_pools(scenario: dict) -> dict[str, dict]:
     return {"default": {"name": "default", "count": scenario["ray"]["num_workers"], **worker}}
 
 
-def sample_cohort(seed: int, round_index: int, num_clients: int, clients_per_round: int,
-                  dropout: float = 0.0) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(sampled, completing) clients of a round for a population of equal, always-online clients
-    (a shorthand of ``simulator.population.Population.plan``). Round 0 samples everyone."""
-    from simulator.population import Population
-    from simulator.scenario import DEFAULTS
-    config = {**DEFAULTS["population"], "num_clients": num_clients, "clients_per_round": clients_per_round,
-              "dropout": dropout}
-    plan = Population(config, 1, (1,) * num_clients, seed).plan(round_index)
-    return plan.sampled, plan.completed
-
-
 def split_cohort(cohort: tuple[int, ...], sizes: np.ndarray, num_workers: int) -> list[list[int]]:
     """Shares of the cohort with balanced sample counts (longest first, to the lightest worker).
 

@@ -60,6 +60,17 @@ def one_thread():
 LABEL_EFFICIENT_EVAL = {"label_fractions": [0.01, 0.1], "label_draws": 3, "train_subset": None}
 
 
+def sample_cohort(seed: int, round_index: int, num_clients: int, clients_per_round: int
+                  ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(sampled, completing) clients of a round for a population of equal, always-online clients
+    (``simulator.population.Population.plan`` with the defaults). Round 0 samples everyone."""
+    from simulator.population import Population
+    from simulator.scenario import DEFAULTS
+    config = {**DEFAULTS["population"], "num_clients": num_clients, "clients_per_round": clients_per_round}
+    plan = Population(config, 1, (1,) * num_clients, seed).plan(round_index)
+    return plan.sampled, plan.completed
+
+
 def tiny_scenario(tmp_path):
     """A tiny synthetic FedAvg+SimCLR scenario (raw dict, before defaults) writing under ``tmp_path``,
     fast on 2 cores."""

@@ -85,7 +85,7 @@ def federation_weights(scenario, rounds, between_rounds=lambda r: None):
     from simulator.context import RoundContext, freeze
     from simulator.data.store import prepare_partition
     from simulator.engine import RayFederation
-    from simulator.federation import sample_cohort
+    from tests.conftest import sample_cohort
     from simulator.run import data_spec
     partition_dir = prepare_partition(scenario)
     federation = RayFederation(scenario)

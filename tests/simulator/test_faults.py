@@ -14,11 +14,10 @@ import torch
 import yaml
 
 from simulator.context import RoundContext, freeze
-from simulator.federation import sample_cohort
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec, run_scenario
 from simulator.scenario import resolve
-from tests.conftest import tiny_scenario
+from tests.conftest import sample_cohort, tiny_scenario
 
 
 def federation_states(scenario, rounds, signal_worker_in_round=None, sent=signal.SIGKILL):

@@ -1,4 +1,5 @@
-"""The round without Ray: sampling, shares and the worker-count invariance of the reduction."""
+"""The round without Ray: shares and the worker-count invariance of the reduction (cohort sampling:
+``test_population.py``)."""
 import numpy as np
 import torch
 
@@ -6,23 +7,9 @@ from methods import build_method
 from methods.base import DataSpec
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
-from simulator.federation import (Server, add_phase_metrics, route_cohort, sample_cohort, simulate_clients,
-                                  split_cohort)
+from simulator.federation import Server, add_phase_metrics, route_cohort, simulate_clients, split_cohort
 from simulator.scenario import resolve
-
-
-def test_cohort_is_deterministic_in_seed_and_round():
-    a, _ = sample_cohort(1, 5, 100, 10)
-    assert a == sample_cohort(1, 5, 100, 10)[0]
-    assert a != sample_cohort(1, 6, 100, 10)[0]
-    assert a != sample_cohort(2, 5, 100, 10)[0]
-    assert len(set(a)) == 10 and list(a) == sorted(a)
-    assert sample_cohort(1, 0, 7, 3)[0] == tuple(range(7))  # setup round: everyone
-
-
-def test_dropout_rate_matches_probability():
-    dropped = sum(10 - len(sample_cohort(0, r, 100, 10, dropout=0.3)[1]) for r in range(1, 401))
-    assert abs(dropped / 4000 - 0.3) < 0.03
+from tests.conftest import sample_cohort
 
 
 def test_shares_cover_the_cohort_and_balance_samples():
