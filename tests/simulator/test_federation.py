@@ -9,7 +9,6 @@ from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
 from simulator.federation import Server, add_phase_metrics, route_cohort, simulate_clients, split_cohort
 from simulator.scenario import resolve
-from tests.conftest import sample_cohort
 
 
 def test_shares_cover_the_cohort_and_balance_samples():
