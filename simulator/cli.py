@@ -222,11 +222,6 @@ def print_claim_table(suite, runs_dir, pending: tuple[int, ...] = ()) -> int:
     return 0
 
 
-def refuses(out: Path) -> bool:
-    """Whether ``out`` holds files already (a run never writes into such a directory)."""
-    return out.exists() and any(out.iterdir())
-
-
 def check_data(scenario: dict, source: str) -> None:
     """Fail early if the data or the partition cannot be had (DatasetUnavailable; ScenarioError
     under ``partition``), or if a method setting does not fit the data (ScenarioError under
@@ -263,8 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and args.resume:
             args.scenario = resumable(args.resume, args.overrides, args.out)
         scenario = load_scenario(args.scenario, args.overrides)
-        if args.command == "run" and args.out and refuses(Path(args.out)):
-            raise FileExistsError(f"{args.out}: output directory is not empty; choose another --out")
+        if args.command == "run" and args.out:
+            from simulator.runlog import check_out
+            check_out(args.out)
         check_data(scenario, args.scenario)
         if args.command == "validate":
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "

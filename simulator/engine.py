@@ -18,7 +18,6 @@ import signal
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import replace
 
 import ray
 import torch
@@ -30,8 +29,8 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost, add_phase_metrics, bytes_down_metrics, route_cohort, simulate_clients,
-                                  worker_device, worker_pools)
+from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost, bytes_down_metrics,
+                                  route_cohort, run_passes, simulate_clients, worker_device, worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
 
@@ -677,10 +676,7 @@ class RayFederation:
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
         """Simulate the round's cohort and apply the server step, pass by pass (``Method.phases``);
         returns the round's metrics (traffic summed over the passes)."""
-        metrics: dict[str, float] = {}
-        for phase in self.method.phases(ctx.round):
-            metrics = add_phase_metrics(metrics, self.run_phase(replace(ctx, phase=phase)))
-        return metrics
+        return run_passes(self.method, self.run_phase, ctx)
 
     def run_phase(self, ctx: RoundContext) -> dict[str, float]:
         """One pass of the cohort: client steps on the workers, then the server step.

@@ -6,8 +6,8 @@ round can run in one process (profiling, tests, a GPU machine without Ray).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -121,6 +121,16 @@ def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dic
 def bytes_down_metrics(bytes_down: Mapping[str, int]) -> dict[str, float]:
     """``bytes_down/<kind>`` metrics of a pass's bytes sent down per kind."""
     return {f"bytes_down/{kind}": float(value) for kind, value in bytes_down.items()}
+
+
+def run_passes(method: Method, run_phase: Callable[[RoundContext], dict[str, float]], ctx: RoundContext
+               ) -> dict[str, float]:
+    """A round: ``run_phase`` for each pass of ``method.phases`` in order, the round's metrics
+    merged over the passes (:func:`add_phase_metrics`)."""
+    metrics: dict[str, float] = {}
+    for phase in method.phases(ctx.round):
+        metrics = add_phase_metrics(metrics, run_phase(replace(ctx, phase=phase)))
+    return metrics
 
 
 def add_phase_metrics(metrics: dict[str, float], phase_metrics: dict[str, float]) -> dict[str, float]:

@@ -11,7 +11,6 @@ profiler); it simulates what the scenario's workers would, only sequentially.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import torch
 
@@ -21,7 +20,7 @@ from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data
-from simulator.federation import (Server, WorkerFailure, add_phase_metrics, bytes_down_metrics, route_cohort, simulate_clients,
+from simulator.federation import (Server, WorkerFailure, bytes_down_metrics, route_cohort, run_passes, simulate_clients,
                                   worker_device, worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
@@ -54,10 +53,7 @@ class InProcessFederation:
         self.server_restarts += 1
 
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        for phase in self.method.phases(ctx.round):
-            metrics = add_phase_metrics(metrics, self.run_phase(replace(ctx, phase=phase)))
-        return metrics
+        return run_passes(self.method, self.run_phase, ctx)
 
     def run_phase(self, ctx: RoundContext) -> dict[str, float]:
         routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.method.client_pool,

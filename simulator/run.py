@@ -184,6 +184,11 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         federation.shutdown()
 
 
+def first_round(scenario: dict[str, Any]) -> int:
+    """0 for a method with a setup round (every client, before training), else 1."""
+    return 0 if METHODS[scenario["method"]["name"]].has_setup_round else 1
+
+
 def traffic_and_speed(rows: list[tuple[int, str, float, float]]) -> dict[str, float]:
     """Bytes up/down (totals, a setup round's included; per round, over the training rounds 1..T
     only, so that a method with a setup round of every client is not charged it per round),
@@ -240,8 +245,7 @@ class RunLoop:
         self.evals: dict[int, dict[str, float]] = resumed.get("evals", {})
         self.time_to_round1 = resumed.get("time_to_round1")
         self.launch_to_round1 = resumed.get("launch_to_round1")
-        self.next_round = resumed["round"] + 1 if resumed else (
-            0 if METHODS[scenario["method"]["name"]].has_setup_round else 1)
+        self.next_round = resumed["round"] + 1 if resumed else first_round(scenario)
         self.last_round = resumed["round"] if resumed else None  # the last round whose server step is done
         self.log = RunLog(run_dir, self.start, resumed.get("rows"), purge_step=self.next_round if resumed else None)
         if not resumed:
@@ -328,7 +332,7 @@ class RunLoop:
             self.evals = {}
             self.initial_networks = self.federation.networks_now() if self.eval_enabled else None
             self.last_round = None
-            return 0 if METHODS[self.scenario["method"]["name"]].has_setup_round else 1
+            return first_round(self.scenario)
         self.federation.restore(payload["state"])
         if self.client_state_dir is not None:
             restore_client_states(checkpoint, self.client_state_dir)

@@ -43,6 +43,13 @@ def flat_hparams(node: dict[str, Any], prefix: str = "") -> dict[str, str | floa
     return flat
 
 
+def check_out(out: str | Path) -> None:
+    """Raise ``FileExistsError`` if ``out`` holds files already (a run never writes into such a
+    directory)."""
+    if Path(out).exists() and any(Path(out).iterdir()):
+        raise FileExistsError(f"{out}: output directory is not empty; choose another --out")
+
+
 def new_run_dir(out: str | None, scenario: dict) -> Path:
     """``out`` if given (it must not hold files), else ``<output.dir>/<name>-<timestamp>``."""
     if out is None:
@@ -51,9 +58,8 @@ def new_run_dir(out: str | None, scenario: dict) -> Path:
         while run_dir.exists():
             run_dir, n = base.with_name(f"{base.name}-{n}"), n + 1
     else:
+        check_out(out)
         run_dir = Path(out)
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise FileExistsError(f"{run_dir}: output directory is not empty; choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(run_dir / "scenario.yaml",
                  lambda p: p.write_text(yaml.safe_dump(scenario, sort_keys=False)))
