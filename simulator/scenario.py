@@ -39,7 +39,9 @@ DEFAULTS: dict[str, Any] = {
              "train_subset": None, "test_subset": None,
              # label-efficient protocol: kNN, probe (and fine-tuning when finetune_steps > 0) on a
              # class-stratified fraction of the labelled train set, mean over label_draws draws
-             "label_fractions": [0.01, 0.1], "label_draws": 3, "finetune_steps": 0,
+             # label_knn_k: the kNN's k on those few labels (null: knn_k; with 1% of a 10,000-image
+             # subset, k = 200 is every one of the 100 banked images, a vote over the whole bank)
+             "label_fractions": [0.01, 0.1], "label_draws": 3, "label_knn_k": None, "finetune_steps": 0,
              "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False},
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0},
             "worker_pools": [], "server": "driver",
@@ -49,7 +51,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Keys whose default is null, and the type they take otherwise.
-NULLABLE = {"dataset.root": str, "dataset.train_subset": int, "eval.train_subset": int, "eval.test_subset": int, "ray.address": str,
+NULLABLE = {"dataset.root": str, "dataset.train_subset": int, "eval.train_subset": int, "eval.test_subset": int,
+            "eval.label_knn_k": int, "ray.address": str,
             "ray.share_timeout_seconds": float, "population.availability_trace": str, "population.deadline_seconds": float}
 POSITIVE = {"population.num_clients", "population.clients_per_round", "training.rounds",
             "training.local_epochs", "training.batch_size", "eval.every", "eval.knn_k",
@@ -58,7 +61,7 @@ POSITIVE = {"population.num_clients", "population.clients_per_round", "training.
             "output.checkpoint_every", "partition.alpha", "partition.rotation_alpha", "training.lr",
             "eval.label_draws", "eval.finetune_batch_size", "eval.finetune_lr",
             "population.diurnal_period", "population.deadline_seconds", "ray.share_timeout_seconds",
-            "eval.knn_temperature"}
+            "eval.knn_temperature", "eval.label_knn_k"}
 NON_NEGATIVE = {"training.momentum", "training.weight_decay", "training.grad_clip_norm", "ray.worker.num_cpus",
                 "eval.finetune_steps",
                 "ray.worker.num_gpus", "augment.brightness",

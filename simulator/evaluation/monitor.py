@@ -73,7 +73,8 @@ def label_efficient_metrics(encoder: torch.nn.Module, train_f: torch.Tensor, tes
             rows = label_subset(data.train_y, fraction, seed, draw)
             features, labels = train_f[rows], data.train_y[rows]
             scores["knn_top1"].append(knn_top1(features, labels, test_f, data.test_y, data.num_classes,
-                                               k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"]))
+                                               k=eval_cfg["label_knn_k"] or eval_cfg["knn_k"],
+                                               temperature=eval_cfg["knn_temperature"]))
             scores["linear_top1"].append(linear_probe_top1(features, labels, test_f, data.test_y, data.num_classes,
                                                            max_iter=eval_cfg["probe_iterations"]))
             if eval_cfg["finetune_steps"] > 0:

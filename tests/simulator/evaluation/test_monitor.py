@@ -155,6 +155,14 @@ def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(
     for name, values in expected.items():
         assert metrics[name] == pytest.approx(statistics.fmean(values), abs=1e-12)
     assert metrics["knn_top1_10pct"] != metrics["knn_top1"]  # the whole bank is another protocol
+    # eval.label_knn_k: the few-label kNN's own k (the whole bank's kNN keeps knn_k)
+    own_k = evaluate_network(torch.nn.ModuleDict({"encoder": encoder}), data,
+                             resolve({**synthetic_raw, "eval": {**scenario["eval"], "label_knn_k": 2, "finetune_steps": 0}}))
+    two = [knn_top1(train_f[label_subset(data.train_y, 0.1, scenario["seed"], d)],
+                    data.train_y[label_subset(data.train_y, 0.1, scenario["seed"], d)], test_f, data.test_y, 10, k=2)
+           for d in range(2)]
+    assert own_k["knn_top1_10pct"] == pytest.approx(statistics.fmean(two), abs=1e-12) and two != expected["knn_top1_10pct"]
+    assert own_k["knn_top1"] == metrics["knn_top1"]
     # fine-tuning is off by default; the label-efficient probe and kNN are on, at 1% and 10%
     default = evaluate_network(torch.nn.ModuleDict({"encoder": encoder}), data,
                                resolve({**synthetic_raw, "eval": {"knn_k": 5, "train_subset": 1000}}))
