@@ -43,7 +43,8 @@ class Stats:
             names_by_device.setdefault(value.device, []).append(name)
         bound = 0.0
         for names in names_by_device.values():  # one check per device (a UV row may sit on the CPU)
-            largest = torch.stack([scaled[n].abs().max() for n in names])  # NaN or inf where not finite
+            # NaN or inf where not finite; one transfer per device, read for the check and the bound
+            largest = torch.stack([scaled[n].abs().max() for n in names]).cpu()
             too_large = ~torch.isfinite(largest) | (largest >= _LIMIT)
             if too_large.any():
                 raise OverflowError(
