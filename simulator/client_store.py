@@ -5,9 +5,9 @@ they write the new state back. One file per client, written atomically, so memor
 with the population or the number of rounds, and a killed run never leaves a torn file.
 
 Writes are staged: what a worker puts is read back (by ``get``, by checkpoints) only once the
-driver commits the pass, after every share of it returned. A client simulated again because its
-worker died after putting its state therefore starts from the state it started the round with, and
-the run ends where a run without the fault does.
+driver commits the pass, after the server step received every share's sums. A client simulated
+again because its worker died (or its node, with the sums) after putting its state therefore starts
+from the state it started the round with, and the run ends where a run without the fault does.
 """
 from __future__ import annotations
 

@@ -181,6 +181,10 @@ class WorkerInDriver:
             raise WorkerFailure(str(err)) from None
 
 
+class SumsLost(RuntimeError):
+    """A share's sums were lost (with the node holding them) before the server step fetched them."""
+
+
 class ParameterServer:
     """The parameter server: global state and the method's server step."""
 
@@ -262,7 +266,10 @@ class ServerInDriver:
     def aggregate(self, ctx: RoundContext, bytes_down: dict, results: list[ray.ObjectRef | WorkerResult]
                   ) -> dict[str, float]:
         """``results``: each share's sums, in the object store or (the driver's own share) here."""
-        uploads = [result if isinstance(result, WorkerResult) else ray.get(result) for result in results]
+        try:
+            uploads = [result if isinstance(result, WorkerResult) else ray.get(result) for result in results]
+        except ray.exceptions.ObjectLostError:
+            raise SumsLost(f"round {ctx.round}: a share's sums were lost") from None
         with threads(1):
             return self.host.aggregate(ctx, bytes_down, *uploads)
 
@@ -310,6 +317,8 @@ class ServerInActor:
             return ray.get(self.actor.aggregate.remote(ctx, bytes_down, *results))
         except ray.exceptions.RayActorError:
             raise ServerLost(f"round {ctx.round}: the parameter server died") from None
+        except ray.exceptions.ObjectLostError:  # an argument: a share's sums
+            raise SumsLost(f"round {ctx.round}: a share's sums were lost") from None
 
     def bytes_down_without_reports(self, ctx: RoundContext) -> dict[str, int]:
         try:
@@ -683,9 +692,10 @@ class RayFederation:
 
         A share whose worker dies (killed process, out of memory, lost node), or has not returned it
         ``ray.share_timeout_seconds`` after its submission (a hung worker, killed; a worker still
-        starting gets as long again to start first), is simulated again
-        on a new worker; client randomness and exact sums make the result the same as without fault,
-        and the client-state store takes the pass's states only once every share has returned.
+        starting gets as long again to start first), is simulated again on a new worker, and so is
+        a share whose sums were lost with their node after it returned, before the server step
+        fetched them; client randomness and exact sums make the result the same as without fault,
+        and the client-state store takes the pass's states only once the server step has them all.
         """
         in_pool = {name: [i for i, p in enumerate(self.worker_pool) if p == name] for name in self.pools}
         routes = route_cohort(ctx.cohort, self.spec.client_sizes, self.method.client_pool,
@@ -708,36 +718,61 @@ class RayFederation:
         submitted = {i: submit(i) for i in range(len(shares)) if not isinstance(runner[i], WorkerInDriver)}
         in_driver = {i: runner[i].run(broadcast, extras[i], shares[i], ctx)  # while the actors work
                      for i in range(len(shares)) if i not in submitted}
-        for attempt in range(self.MAX_WORKER_RESTARTS_PER_PASS + 1):
-            failed = []
-            for i, (status, _) in submitted.items():
-                try:
-                    ray.get(status, timeout=None if timeout is None else max(0.0, deadline[i] - time.monotonic()))
-                except ray.exceptions.GetTimeoutError:  # a hung worker (stopped, deadlocked): killed, replaced
-                    ray.kill(self.slots[worker_of[i]], no_restart=True)
-                    failed.append(i)
-                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
-                    if not self.server.alive():  # the share's broadcast came from the lost server
-                        raise ServerLost(f"round {ctx.round}: the parameter server died") from None
-                    if isinstance(err, ray.exceptions.RayActorError):
-                        failed.append(i)
-                    elif isinstance(getattr(err, "cause", None), FloatingPointError):
-                        raise WorkerFailure(str(err.cause)) from None
-                    else:
-                        raise
-            if not failed:
-                break
-            if attempt == self.MAX_WORKER_RESTARTS_PER_PASS:
+        restarts = 0
+
+        def simulate_again(failed: list[int]) -> None:
+            nonlocal restarts
+            if restarts == self.MAX_WORKER_RESTARTS_PER_PASS:
                 raise WorkersLost(f"round {ctx.round}: workers kept dying or hanging (ray.share_timeout_seconds: "
-                                  f"{timeout}); given up after {attempt} restarts in one pass")
+                                  f"{timeout}); given up after {restarts} restarts in one pass")
+            restarts += 1
             for i in failed:
                 self.replace_worker(worker_of[i])
             for i in failed:
                 submitted[i] = submit(i)
+
+        while True:
+            while failed := self.failed_shares(ctx, submitted, worker_of, deadline):
+                simulate_again(failed)
+            try:
+                metrics = self.server.aggregate(ctx, bytes_down, [in_driver[i] if i in in_driver else submitted[i][1]
+                                                                  for i in range(len(shares))])
+                break
+            except SumsLost:  # lost with their node, whose workers are dead
+                simulate_again([i for i in submitted if not self.worker_alive(worker_of[i])])
         if self.store is not None:
             ray.get(self.store.commit.remote())
-        return self.server.aggregate(ctx, bytes_down, [in_driver[i] if i in in_driver else submitted[i][1]
-                                                       for i in range(len(shares))])
+        return metrics
+
+    def failed_shares(self, ctx: RoundContext, submitted: dict[int, tuple], worker_of: list[int],
+                      deadline: dict[int, float]) -> list[int]:
+        """Waits for each submitted share's status; returns the shares whose worker died or hung (a
+        hung worker is killed)."""
+        timeout = self.scenario["ray"]["share_timeout_seconds"]
+        failed = []
+        for i, (status, _) in submitted.items():
+            try:
+                ray.get(status, timeout=None if timeout is None else max(0.0, deadline[i] - time.monotonic()))
+            except ray.exceptions.GetTimeoutError:  # a hung worker (stopped, deadlocked): killed, replaced
+                ray.kill(self.slots[worker_of[i]], no_restart=True)
+                failed.append(i)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                if not self.server.alive():  # the share's broadcast came from the lost server
+                    raise ServerLost(f"round {ctx.round}: the parameter server died") from None
+                if isinstance(err, ray.exceptions.RayActorError):
+                    failed.append(i)
+                elif isinstance(getattr(err, "cause", None), FloatingPointError):
+                    raise WorkerFailure(str(err.cause)) from None
+                else:
+                    raise
+        return failed
+
+    def worker_alive(self, index: int) -> bool:
+        try:
+            ray.get(self.slots[index].node_id.remote())
+            return True
+        except ray.exceptions.RayActorError:
+            return False
 
     def peak_memory_mb(self) -> dict[str, float]:
         """Peak resident memory of the driver (with the server and the worker slot it hosts), the server

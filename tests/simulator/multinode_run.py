@@ -1,9 +1,11 @@
 """Run a scenario on a real multi-raylet Ray cluster on this machine (used by test_multinode.py).
 
-Usage: python multinode_run.py SCENARIO.yaml RUN_DIR [--lose-node-after-checkpoint N]
+Usage: python multinode_run.py SCENARIO.yaml RUN_DIR [--lose-node-after-checkpoint N | --lose-node-before-server-step N]
 Three raylets: a head without GPUs and two nodes with logical GPUs, so fractional-GPU workers are
 scheduled across nodes. With --lose-node-after-checkpoint, the first GPU node is removed once the
-run has written checkpoint N; the run must continue on the remaining nodes.
+run has written checkpoint N; with --lose-node-before-server-step, in round N after every share
+returned and before the server step fetches their sums (those of the node's workers are lost with
+it: "lost_sums" counts them). The run must continue on the remaining nodes.
 """
 import json
 import sys
@@ -14,13 +16,15 @@ from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
 
+from simulator import engine
 from simulator.run import run_scenario
 from simulator.scenario import load_scenario
 
 
 def main() -> None:
     scenario_file, run_dir = sys.argv[1], Path(sys.argv[2])
-    lose_after = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    mode, lose_at = (sys.argv[3], int(sys.argv[4])) if len(sys.argv) > 4 else (None, None)
+    lose_after = lose_at if mode == "--lose-node-after-checkpoint" else None
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     doomed = cluster.add_node(num_cpus=2, num_gpus=1)
     cluster.add_node(num_cpus=4, num_gpus=2)
@@ -35,11 +39,25 @@ def main() -> None:
 
     if lose_after is not None:
         threading.Thread(target=lose_node, daemon=True).start()
+    lost_sums = []
+    if mode == "--lose-node-before-server-step":  # whichever host the scenario's server has
+        for host in (engine.ServerInDriver, engine.ServerInActor):
+            def lose_node_then_aggregate(server, ctx, bytes_down, results, aggregate=host.aggregate):
+                if ctx.round == lose_at and not lost_sums:
+                    refs = [r for r in results if isinstance(r, ray.ObjectRef)]
+                    ray.wait(refs, num_returns=len(refs), fetch_local=False)
+                    where = ray.experimental.get_object_locations(refs)
+                    lost_sums.append(sum(doomed.node_id in where[r]["node_ids"] for r in refs))
+                    cluster.remove_node(doomed, allow_graceful=False)
+                return aggregate(server, ctx, bytes_down, results)
+
+            host.aggregate = lose_node_then_aggregate
     _, summary = run_scenario(load_scenario(scenario_file), str(run_dir), progress=False)
     deadline = time.time() + 60  # the GCS notices a dead node after its health checks fail
-    while lose_after is not None and sum(n["Alive"] for n in ray.nodes()) > 2 and time.time() < deadline:
+    while mode is not None and sum(n["Alive"] for n in ray.nodes()) > 2 and time.time() < deadline:
         time.sleep(0.5)
     print(json.dumps({"nodes": len(ray.nodes()), "alive_nodes": sum(n["Alive"] for n in ray.nodes()),
+                      "lost_sums": lost_sums[0] if lost_sums else 0,
                       **{k: summary[k] for k in ("worker_restarts", "worker_nodes", "final")}}))
     ray.shutdown()
     cluster.shutdown()

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from simulator.run import run_scenario
@@ -18,22 +19,30 @@ def metrics(run_dir):
     return {(r["round"], r["name"]): r["value"] for r in rows if not r["name"].startswith(("time/", "memory/"))}
 
 
-def test_three_node_cluster_with_a_lost_node_equals_single_node(ray_session, synthetic_raw, tmp_path):
+@pytest.mark.parametrize("fault, server", [("--lose-node-after-checkpoint", "driver"),
+                                           ("--lose-node-before-server-step", "driver"),
+                                           ("--lose-node-before-server-step", "actor")])
+def test_three_node_cluster_with_a_lost_node_equals_single_node(ray_session, synthetic_raw, tmp_path, fault, server):
+    """A node lost between rounds, or in round 3 after its workers' shares returned and before the
+    server step fetched their sums (lost with the node: simulated again on the other nodes), with
+    the server in the driver or in an actor."""
     raw = {**synthetic_raw,
            "training": {**synthetic_raw["training"], "rounds": 4, "local_epochs": 2},
            "eval": {**synthetic_raw["eval"], "every": 2},
            "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
     _, single = run_scenario(resolve(raw), str(tmp_path / "single"), progress=False)
 
-    multi = {**raw, "ray": {"num_workers": 4, "worker": {"num_cpus": 1, "num_gpus": 0.5}}}
+    multi = {**raw, "ray": {"num_workers": 4, "worker": {"num_cpus": 1, "num_gpus": 0.5}, "server": server}}
     scenario_file = tmp_path / "multi.yaml"
     scenario_file.write_text(yaml.safe_dump(multi))
-    done = subprocess.run([sys.executable, str(SCRIPT), str(scenario_file), str(tmp_path / "multi"),
-                           "--lose-node-after-checkpoint", "1"],
+    at = "1" if fault == "--lose-node-after-checkpoint" else "3"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(scenario_file), str(tmp_path / "multi"), fault, at],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["nodes"] == 3 and report["alive_nodes"] == 2
     assert report["worker_restarts"] >= 1  # the lost node's workers were replaced
+    if fault == "--lose-node-before-server-step":
+        assert report["lost_sums"] >= 1  # sums of shares that had returned were on the lost node
     assert report["final"] == single["final"]
     assert metrics(tmp_path / "multi") == metrics(tmp_path / "single")
