@@ -52,15 +52,17 @@ def main() -> None:
                 return aggregate(server, ctx, bytes_down, results)
 
             host.aggregate = lose_node_then_aggregate
-    _, summary = run_scenario(load_scenario(scenario_file), str(run_dir), progress=False)
-    deadline = time.time() + 60  # the GCS notices a dead node after its health checks fail
-    while mode is not None and sum(n["Alive"] for n in ray.nodes()) > 2 and time.time() < deadline:
-        time.sleep(0.5)
-    print(json.dumps({"nodes": len(ray.nodes()), "alive_nodes": sum(n["Alive"] for n in ray.nodes()),
-                      "lost_sums": lost_sums[0] if lost_sums else 0,
-                      **{k: summary[k] for k in ("worker_restarts", "worker_nodes", "final")}}))
-    ray.shutdown()
-    cluster.shutdown()
+    try:  # a failed run must not leave the cluster behind (ray.init() would join its stale address)
+        _, summary = run_scenario(load_scenario(scenario_file), str(run_dir), progress=False)
+        deadline = time.time() + 60  # the GCS notices a dead node after its health checks fail
+        while mode is not None and sum(n["Alive"] for n in ray.nodes()) > 2 and time.time() < deadline:
+            time.sleep(0.5)
+        print(json.dumps({"nodes": len(ray.nodes()), "alive_nodes": sum(n["Alive"] for n in ray.nodes()),
+                          "lost_sums": lost_sums[0] if lost_sums else 0,
+                          **{k: summary[k] for k in ("worker_restarts", "worker_nodes", "final")}}))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 if __name__ == "__main__":
