@@ -44,6 +44,8 @@ def columns(runs: list[dict]) -> tuple[tuple[str, str], ...]:
 def read_run(run_dir: Path) -> dict:
     """A run's summary with its scenario name and seed; raises ValueError for an unfinished run."""
     summary_path = run_dir / "summary.json"
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: no such run directory")
     if not summary_path.exists():
         raise ValueError(f"{run_dir}: no summary.json (the run did not finish)")
     summary = json.loads(summary_path.read_text())

@@ -38,6 +38,8 @@ def test_unfinished_run_is_an_error(tmp_path, capsys):
         read_run(tmp_path / "half")
     assert main(["report", str(tmp_path / "half")]) == 2
     assert "did not finish" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "typo")]) == 2  # not "did not finish": it never started
+    assert capsys.readouterr().err == f"fedssl: error: {tmp_path / 'typo'}: no such run directory\n"
 
 
 def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys):
