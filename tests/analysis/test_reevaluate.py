@@ -6,6 +6,7 @@ import pytest
 from analysis.reevaluate import evaluate_run
 from analysis.report import read_run
 from simulator.cli import main
+from simulator.evaluation.metrics import knn_top1
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
@@ -53,9 +54,13 @@ def test_per_client_encoders_come_from_the_checkpointed_client_states(ray_sessio
     assert again["initial"]["knn_top1"] == logged["initial"]["knn_top1"]
 
 
-def test_a_changed_protocol_is_applied(tiny_run, capsys):
+def test_a_changed_protocol_is_applied(tiny_run, capsys, monkeypatch):
     run_dir = tiny_run
+    from simulator.evaluation import monitor
+    ks = []
+    monkeypatch.setattr(monitor, "knn_top1", lambda *args, k, **kw: ks.append(k) or knn_top1(*args, k=k, **kw))
     again = evaluate_run(run_dir, ["eval.test_subset=7", "eval.knn_k=3"])
+    assert ks and set(ks) == {3}  # every kNN (backbone, projector, label-efficient) with the new k
     for section in ("initial", "final"):  # accuracies over 7 test images
         for metric in METRICS[:3]:
             assert again[section][metric] * 7 == pytest.approx(round(again[section][metric] * 7))
