@@ -259,7 +259,9 @@ class HeteroSSFL(Method):
     def eval_clients(self) -> list[int]:
         """Per tier, the ``eval_clients_per_tier`` clients that train most often over the run (the
         cohorts are a function of the seed, see :class:`simulator.population.Population`), lowest
-        ids first among ties."""
+        ids first among ties. They depend on ``training.rounds``: two budgets of one seed may
+        evaluate different clients (different round-0 numbers), so budgets are compared at the
+        evaluation rounds of the longer run, not across runs."""
         counts = np.zeros(len(self.client_tier), dtype=np.int64)
         for completed in self.spec.schedule.completed(range(1, self.scenario["training"]["rounds"] + 1)):
             counts[list(completed)] += 1
