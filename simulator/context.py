@@ -28,10 +28,10 @@ class RoundContext:
     Round 0 is the setup round (methods that need one); training rounds are 1..num_rounds.
     ``hparams`` is the read-only resolved scenario (``hparams["training"]["lr"]``...). ``phase`` is
     the pass of the round (``Method.phases``): ``"share"``, in which the cohort only uploads records
-    computed on the current global model, or ``"train"``. ``unreported``: how many clients received
+    computed on the current global model, or ``"train"``. ``unreported``: the clients that received
     the round's broadcast but do not report (they dropped out, were late, or finished after the
     clients wanted, :class:`simulator.population.RoundPlan`); nobody simulates them, only the
-    downlink's byte count includes them.
+    downlink's byte count includes them (the broadcast and what only they receive).
     """
 
     round: int
@@ -40,7 +40,7 @@ class RoundContext:
     seed: int
     hparams: Mapping[str, Any]
     phase: str = "train"
-    unreported: int = 0
+    unreported: tuple[int, ...] = ()
 
     def client_seed(self, client_id: int, stream: str = "train") -> int:
         return derive_seed(self.seed, self.round, client_id, stream)

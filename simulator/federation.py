@@ -154,13 +154,25 @@ class Server:
         ``ctx.unreported``), once per round (in its first pass)."""
         if ctx.phase != self.method.phases(ctx.round)[0]:
             return Counter()
-        receivers = len(ctx.cohort) + ctx.unreported
+        receivers = len(ctx.cohort) + len(ctx.unreported)
         return Counter({kind: payload_nbytes(v) * receivers for kind, v in broadcast.items()})
+
+    def unreported_extras_bytes(self, ctx: RoundContext) -> Counter:
+        """The bytes of what only the ``ctx.unreported`` clients receive (e.g. Hetero-SSFL's RAD with
+        a client's first round), sent to them as to the cohort."""
+        sent = Counter()
+        for cid in ctx.unreported:
+            extra = self.method.client_extra(self.state, cid, ctx)
+            if extra is not None:
+                sent.update({kind: payload_nbytes(v) for kind, v in extra.items()})
+        return sent
 
     def bytes_down_without_reports(self, ctx: RoundContext) -> Counter:
         """The bytes sent down in a pass whose cohort is empty (every online client dropped out or
-        was late): the broadcast still reached them."""
-        return self.broadcast_bytes(ctx, self.method.broadcast(self.state, ctx))
+        was late): the broadcast and their own parts still reached them."""
+        sent = self.broadcast_bytes(ctx, self.method.broadcast(self.state, ctx))
+        sent.update(self.unreported_extras_bytes(ctx))
+        return sent
 
     def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[dict, list[dict[int, Any]], Counter]:
         """The broadcast, each share's per-client extras, and the bytes sent down per kind."""
@@ -175,6 +187,7 @@ class Server:
                     share_extras[cid] = extra
                     bytes_down.update({kind: payload_nbytes(v) for kind, v in extra.items()})
             extras.append(share_extras)
+        bytes_down.update(self.unreported_extras_bytes(ctx))
         return broadcast, extras, bytes_down
 
     def aggregate(self, ctx: RoundContext, results: list[WorkerResult]) -> dict[str, float]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from methods import build_method
-from methods.base import ClientData
+from methods.base import ClientData, payload_nbytes
 from simulator.context import RoundContext, freeze
 from simulator.data.store import PartitionReader
 from simulator.population import Population
@@ -167,3 +167,31 @@ def test_a_round_in_which_every_online_client_drops_out_counts_its_broadcast(ray
         assert logged[(r, "bytes_down/weights")] == len(plan.available) * weight_bytes, r
     final = torch.load(run_dir / "checkpoints" / "round_00002" / "state.pt", weights_only=False)["state"]["weights"]
     assert all(torch.equal(final[name], value) for name, value in initial.items())
+
+
+@pytest.mark.parametrize("executor", ["ray", "in_process"])
+def test_clients_that_do_not_report_are_counted_with_their_own_downlink(ray_session, synthetic_raw, tmp_path,
+                                                                       executor):
+    """Hetero-SSFL sends the RAD with a client's first round: a client that drops out received it
+    too (and, having kept nothing, gets it again when it next trains)."""
+    scenario = resolve({**synthetic_raw, "executor": executor,
+                        "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8,
+                                   "eval_clients_per_tier": 1},
+                        "population": {**synthetic_raw["population"], "dropout": 0.5},
+                        "training": {**synthetic_raw["training"], "rounds": 3, "batch_size": 16},
+                        "eval": {"enabled": False, "test_subset": 300}})  # the RAD: test images outside it
+    partition_dir = prepare_partition(scenario)
+    spec = data_spec(partition_dir, scenario)
+    population = Population(scenario["population"], 1, spec.client_sizes, scenario["seed"])
+    rad_bytes = payload_nbytes(build_method(scenario, spec).init_state()["rad"])
+    run_dir, _ = run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    logged = {(row["round"], row["name"]): row["value"]
+              for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()}
+    has_rad, unreported_first_timers = set(), 0
+    for r in range(1, 4):
+        plan = population.plan(r)
+        receivers = [c for c in plan.available if c not in has_rad]
+        unreported_first_timers += sum(c not in plan.completed for c in receivers)
+        assert logged.get((r, "bytes_down/rad"), 0) == len(receivers) * rad_bytes, r
+        has_rad |= set(plan.completed)
+    assert unreported_first_timers > 0  # the case in question occurs
