@@ -16,9 +16,10 @@ views, the UV rows in the server state taking the weights' server step), ``label
 their semi-supervised variant (:class:`methods.semi_supervised.SemiSupervised`).
 
 A variant changes one hook (as FedProx does in pfl-research): ``client_objective`` (FedSC's Eq. 5
-with the other clients' matrices), ``client_terms`` (loss terms added to every batch), or
-``start_weights`` / ``next_client_state`` (stateful clients that start from a mix of the global and
-their own networks: FedU, FedEMA).
+with the other clients' matrices), or ``start_weights`` / ``next_client_state`` (stateful clients
+that start from a mix of the global and their own networks: FedU, FedEMA). A loss term added to
+every batch (a proximal term, as FedProx's) is an extension (:mod:`methods.extension`), so that it
+composes with any objective and variant.
 
 BYOL's EMA target is global state too: clients receive it, update it as
 t <- m t + (1 - m) o after each local step (m = ``target_momentum``) and upload it beside the online
@@ -31,8 +32,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from methods.base import ClientData, ClientUpload, Method
-from methods.extension import ClientTerm, Extension
+from methods.base import ClientUpload, Method
+from methods.extension import Extension
 from methods.local_training import Workspace, copy_into
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objective_step import train_objective
@@ -125,11 +126,6 @@ class FedAvg(Method):
         """The objective this client trains this round (the method's own here)."""
         return self.objective
 
-    def client_terms(self, workspace: Workspace, extra: dict[str, Any] | None, data: ClientData,
-                     ctx: RoundContext) -> list[ClientTerm]:
-        """Loss terms of the method's own for this client and round, added after the extensions' (none here)."""
-        return []
-
     def start_weights(self, workspace: Workspace, global_weights: dict[str, Tensor], client_state: Any
                       ) -> dict[str, Tensor]:
         """The networks a client starts its local training from (the global ones here)."""
@@ -144,7 +140,6 @@ class FedAvg(Method):
         copy_into(workspace.slots, start)
         objective = self.client_objective(workspace, extra, ctx)
         terms = [extension.bind(workspace, objective, broadcast, data, ctx) for extension in self.extensions]
-        terms += self.client_terms(workspace, extra, data, ctx)
         loss = train_objective(workspace, objective, terms, data, ctx, self.config.target_momentum,
                                f"client {data.client_id}, method {self.name}/{objective.name}")
         upload = weight_uploads(workspace.slots)
