@@ -157,37 +157,35 @@ class Server:
         receivers = len(ctx.cohort) + len(ctx.unreported)
         return Counter({kind: payload_nbytes(v) * receivers for kind, v in broadcast.items()})
 
-    def unreported_extras_bytes(self, ctx: RoundContext) -> Counter:
-        """The bytes of what only the ``ctx.unreported`` clients receive (e.g. Hetero-SSFL's RAD with
-        a client's first round), sent to them as to the cohort."""
-        sent = Counter()
-        for cid in ctx.unreported:
+    def client_extras(self, ctx: RoundContext, clients) -> tuple[dict[int, Any], Counter]:
+        """What only each of ``clients`` receives (e.g. Hetero-SSFL's RAD with a client's first
+        round), and its bytes per kind."""
+        extras, sent = {}, Counter()
+        for cid in clients:
             extra = self.method.client_extra(self.state, cid, ctx)
             if extra is not None:
+                extras[cid] = extra
                 sent.update({kind: payload_nbytes(v) for kind, v in extra.items()})
-        return sent
+        return extras, sent
 
     def bytes_down_without_reports(self, ctx: RoundContext) -> Counter:
         """The bytes sent down in a pass whose cohort is empty (every online client dropped out or
         was late): the broadcast and their own parts still reached them."""
         sent = self.broadcast_bytes(ctx, self.method.broadcast(self.state, ctx))
-        sent.update(self.unreported_extras_bytes(ctx))
+        sent.update(self.client_extras(ctx, ctx.unreported)[1])
         return sent
 
     def payload(self, ctx: RoundContext, shares: list[list[int]]) -> tuple[dict, list[dict[int, Any]], Counter]:
-        """The broadcast, each share's per-client extras, and the bytes sent down per kind."""
+        """The broadcast, each share's per-client extras, and the bytes sent down per kind (the
+        ``ctx.unreported`` clients' extras included: they received them too)."""
         broadcast = self.method.broadcast(self.state, ctx)
         bytes_down = self.broadcast_bytes(ctx, broadcast)
         extras = []
         for share in shares:
-            share_extras = {}
-            for cid in share:
-                extra = self.method.client_extra(self.state, cid, ctx)
-                if extra is not None:
-                    share_extras[cid] = extra
-                    bytes_down.update({kind: payload_nbytes(v) for kind, v in extra.items()})
+            share_extras, sent = self.client_extras(ctx, share)
+            bytes_down.update(sent)
             extras.append(share_extras)
-        bytes_down.update(self.unreported_extras_bytes(ctx))
+        bytes_down.update(self.client_extras(ctx, ctx.unreported)[1])
         return broadcast, extras, bytes_down
 
     def aggregate(self, ctx: RoundContext, results: list[WorkerResult]) -> dict[str, float]:
