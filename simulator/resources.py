@@ -27,8 +27,11 @@ ISA_LEVELS = ("DEFAULT", "SSE41", "AVX", "AVX2", "AVX512")
 
 def isa_level(name: str) -> int | None:
     """Position in :data:`ISA_LEVELS` of a capability or oneDNN ISA name (``AVX512_CORE_VNNI``
-    counts as AVX512, ``AVX2_VNNI`` as AVX2); None where it names none of them (``ALL``: no cap)."""
+    and ``AVX10_1_512`` count as AVX512, ``AVX2_VNNI`` as AVX2); None where it names none of them
+    (``ALL``: no cap)."""
     name = name.upper()
+    if name.startswith("AVX10"):  # oneDNN's AVX10 caps contain AVX-512 (not plain AVX, which the prefix reads)
+        return ISA_LEVELS.index("AVX512")
     return next((level for level in reversed(range(len(ISA_LEVELS))) if name.startswith(ISA_LEVELS[level])), None)
 
 

@@ -22,6 +22,7 @@ def test_onednn_uses_the_best_instruction_set_of_the_cpu_unless_capped():
     assert onednn_isa(AVX2_FLAGS, {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}) == "AVX2"  # a cap above the CPU: the CPU
     assert onednn_isa(AVX512_FLAGS, {"DNNL_MAX_CPU_ISA": "ALL"}) == "AVX512"
     assert onednn_isa(AVX512_FLAGS, {"DNNL_MAX_CPU_ISA": "SSE41"}) == "SSE41"
+    assert onednn_isa(AVX512_FLAGS, {"ONEDNN_MAX_CPU_ISA": "AVX10_1_512_AMX"}) == "AVX512"  # AVX10: not AVX
     assert onednn_isa({"neon", "asimd"}, {}) is None
 
 
