@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
             return 0
-        from simulator.federation import RunFailure, ServerFailure, WorkersLost
+        from simulator.federation import RunFailure
         from simulator.run import RunStopped, ray_connection_of_the_command, run_scenario, stop_signals
         try:
             with stop_signals(), ray_connection_of_the_command():
@@ -274,9 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         except RunStopped as err:
             return stopped(err)
         except RunFailure as err:
-            # a lost server or lost workers can be resumed from the checkpoint; a failed client step would fail again
             resume = (f"; resume it with: fedssl run --resume {err.run_dir}"
-                      if isinstance(err, (ServerFailure, WorkersLost)) and err.last_checkpoint else "")
+                      if err.resumable and err.last_checkpoint else "")
             print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
                   f"{err.last_checkpoint or 'none (it failed before the first)'}{resume}", file=sys.stderr)
             return 1

@@ -29,8 +29,9 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import (Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost, bytes_down_metrics,
-                                  route_cohort, run_passes, simulate_clients, worker_device, worker_pools)
+from simulator.federation import (RunFailure, Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost,
+                                  bytes_down_metrics, route_cohort, run_passes, simulate_clients, worker_device,
+                                  worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
 
@@ -181,8 +182,9 @@ class WorkerInDriver:
             raise WorkerFailure(str(err)) from None
 
 
-class SumsLost(RuntimeError):
-    """A share's sums were lost (with the node holding them) before the server step fetched them."""
+class SumsLost(RunFailure):
+    """A share's sums were lost before the server step fetched them: with their node, whose
+    workers' shares are simulated again; with every worker alive, the run stops (resumable)."""
 
 
 class ParameterServer:
@@ -317,7 +319,7 @@ class ServerInActor:
             return ray.get(self.actor.aggregate.remote(ctx, bytes_down, *results))
         except ray.exceptions.RayActorError:
             raise ServerLost(f"round {ctx.round}: the parameter server died") from None
-        except ray.exceptions.ObjectLostError:  # an argument: a share's sums
+        except ray.exceptions.ObjectLostError:  # an argument, a share's sums (Ray >= 2.9 raises the cause's type)
             raise SumsLost(f"round {ctx.round}: a share's sums were lost") from None
 
     def bytes_down_without_reports(self, ctx: RoundContext) -> dict[str, int]:
@@ -738,8 +740,11 @@ class RayFederation:
                 metrics = self.server.aggregate(ctx, bytes_down, [in_driver[i] if i in in_driver else submitted[i][1]
                                                                   for i in range(len(shares))])
                 break
-            except SumsLost:  # lost with their node, whose workers are dead
-                simulate_again([i for i in submitted if not self.worker_alive(worker_of[i])])
+            except SumsLost as lost:
+                dead = [i for i in submitted if not self.worker_alive(worker_of[i])]
+                if not dead:  # not a lost node: nothing to simulate again
+                    raise SumsLost(f"{lost}, though every worker lives") from None
+                simulate_again(dead)
         if self.store is not None:
             ray.get(self.store.commit.remote())
         return metrics

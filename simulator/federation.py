@@ -18,14 +18,19 @@ from simulator.stats import Stats, sum_stats
 
 
 class RunFailure(RuntimeError):
-    """A run that cannot go on; ``last_checkpoint`` (set by the driver) is where a resume starts."""
+    """A run that cannot go on; ``last_checkpoint`` (set by the driver) is where a resume starts.
+    ``resumable``: whether resuming may succeed (the cause may have passed: lost processes), or
+    would fail again (a failed client step)."""
 
     last_checkpoint: str | None = None
     run_dir: str | None = None
+    resumable = True
 
 
 class WorkerFailure(RunFailure):
     """A client step raised (e.g. a non-finite loss): the message names round, client and method."""
+
+    resumable = False
 
 
 class ServerLost(RuntimeError):

@@ -82,10 +82,10 @@ class InProcessFederation:
                 result.client_states = {}
             result.rss_mb = memory_mb()["rss_mb"]
             results.append(result)
-        if self.store is not None:
-            self.store.commit()
         with threads(1):
             metrics = self.server.aggregate(ctx, results)
+        if self.store is not None:  # as the Ray engine: once the server step has every share
+            self.store.commit()
         return {**metrics, **bytes_down_metrics(bytes_down)}
 
     def networks_now(self) -> dict[str, torch.nn.ModuleDict]:

@@ -138,6 +138,42 @@ def test_workers_that_keep_dying_stop_the_run_with_one_error_line_and_a_resume_h
                    f"{out / 'checkpoints' / 'round_00001'}; resume it with: fedssl run --resume {out}")
 
 
+def test_sums_lost_while_every_worker_lives_stop_the_run_with_one_error_line(ray_session, synthetic_raw, tmp_path,
+                                                                             monkeypatch, capsys):
+    """A share's sums lost from the object store though its worker lives (no node was lost, see
+    test_multinode.py for that; here Ray's error is raised for them): nothing to simulate again, so
+    the run stops with one error line and the resume hint (exit code 1)."""
+    import ray
+
+    from simulator import engine
+    from simulator.cli import main
+
+    aggregate, get, lost = engine.ServerInDriver.aggregate, ray.get, set()
+
+    def losing_the_sums_in_round_2(server, ctx, bytes_down, results):
+        if ctx.round == 2:
+            lost.update(result for result in results if isinstance(result, ray.ObjectRef))
+        return aggregate(server, ctx, bytes_down, results)
+
+    def get_or_lost(refs, *args, **kwargs):
+        if isinstance(refs, ray.ObjectRef) and refs in lost:
+            raise ray.exceptions.ObjectLostError(refs.hex(), "", "")
+        return get(refs, *args, **kwargs)
+
+    monkeypatch.setattr(engine.ServerInDriver, "aggregate", losing_the_sums_in_round_2)
+    monkeypatch.setattr(ray, "get", get_or_lost)
+    raw = {**synthetic_raw, "ray": {**synthetic_raw["ray"], "driver_simulates": False},
+           "eval": {**synthetic_raw["eval"], "enabled": False}, "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
+    scenario = tmp_path / "freed.yaml"
+    scenario.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("fedssl: error: round 2: a share's sums were lost, though every worker lives; the run stopped, "
+                   f"its last good checkpoint is {out / 'checkpoints' / 'round_00001'}; resume it with: "
+                   f"fedssl run --resume {out}")
+
+
 def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_store_in_round=None):
     """(the clients' stored states, the server state, worker restarts) of 3 rounds of a stateful-client
     method on one worker; in ``kill_after_store_in_round`` the store kills the worker as soon as
