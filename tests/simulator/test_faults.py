@@ -108,6 +108,19 @@ def test_worker_hung_while_starting_is_replaced_after_the_share_timeout(ray_sess
         assert torch.equal(clean[name], replaced[name]), name
 
 
+def failed_run(raw, tmp_path, capsys):
+    """(run directory, error output) of ``fedssl run`` on ``raw`` without evaluations, checkpointed
+    every round, with only the actors simulating; the run must fail (exit code 1)."""
+    from simulator.cli import main
+    raw = {**raw, "ray": {**raw["ray"], "driver_simulates": False}, "eval": {**raw["eval"], "enabled": False},
+           "output": {**raw["output"], "checkpoint_every": 1}}
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1
+    return out, capsys.readouterr().err.strip()
+
+
 def test_workers_that_keep_dying_stop_the_run_with_one_error_line_and_a_resume_hint(ray_session, synthetic_raw,
                                                                                    tmp_path, monkeypatch, capsys):
     """Every worker dies in its share of round 2: after the engine's restarts per pass the run stops
@@ -115,7 +128,6 @@ def test_workers_that_keep_dying_stop_the_run_with_one_error_line_and_a_resume_h
     import ray
 
     from simulator import engine
-    from simulator.cli import main
 
     class DiesInRound2(engine.Worker):  # local, so that Ray ships it by value
         @ray.method(num_returns=2)
@@ -125,13 +137,7 @@ def test_workers_that_keep_dying_stop_the_run_with_one_error_line_and_a_resume_h
             return super().run(broadcast, extras, client_ids, ctx)
 
     monkeypatch.setattr(engine, "WorkerActor", ray.remote(DiesInRound2))
-    raw = {**synthetic_raw, "ray": {**synthetic_raw["ray"], "driver_simulates": False, "num_workers": 1},
-           "eval": {**synthetic_raw["eval"], "enabled": False}, "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
-    scenario = tmp_path / "dies.yaml"
-    scenario.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1
-    err = capsys.readouterr().err.strip()
+    out, err = failed_run({**synthetic_raw, "ray": {**synthetic_raw["ray"], "num_workers": 1}}, tmp_path, capsys)
     restarts = engine.RayFederation.MAX_WORKER_RESTARTS_PER_PASS
     assert err == (f"fedssl: error: round 2: workers kept dying or hanging (ray.share_timeout_seconds: None); given up "
                    f"after {restarts} restarts in one pass; the run stopped, its last good checkpoint is "
@@ -146,7 +152,6 @@ def test_sums_lost_while_every_worker_lives_stop_the_run_with_one_error_line(ray
     import ray
 
     from simulator import engine
-    from simulator.cli import main
 
     aggregate, get, lost = engine.ServerInDriver.aggregate, ray.get, set()
 
@@ -162,13 +167,7 @@ def test_sums_lost_while_every_worker_lives_stop_the_run_with_one_error_line(ray
 
     monkeypatch.setattr(engine.ServerInDriver, "aggregate", losing_the_sums_in_round_2)
     monkeypatch.setattr(ray, "get", get_or_lost)
-    raw = {**synthetic_raw, "ray": {**synthetic_raw["ray"], "driver_simulates": False},
-           "eval": {**synthetic_raw["eval"], "enabled": False}, "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
-    scenario = tmp_path / "freed.yaml"
-    scenario.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 1
-    err = capsys.readouterr().err.strip()
+    out, err = failed_run(synthetic_raw, tmp_path, capsys)
     assert err == ("fedssl: error: round 2: a share's sums were lost, though every worker lives; the run stopped, "
                    f"its last good checkpoint is {out / 'checkpoints' / 'round_00001'}; resume it with: "
                    f"fedssl run --resume {out}")
