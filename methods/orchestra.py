@@ -70,8 +70,20 @@ Deliberate differences from the reference code (paper's Algorithm 1 where they d
 * Local SGD takes ``training`` from the scenario (the reference: momentum 0.9, weight decay 1e-4,
   lr 0.003, batch 16, 10 local epochs; ``scenarios/orchestra/cifar10_resnet18.yaml`` sets these);
   the reference's backbone uses BatchNorm, the encoder's norm here is ``model.norm``.
-* Temperature 0.1 is the value reported for the reference code, not checked against its config
-  file (which was not at hand).
+* Setup round: every client fills its memory and clusters it; the reference's setup round is an
+  ordinary Flower round, which samples ``fraction_fit`` of the clients (0.5 in its config), so its
+  first global centroids come from half as many local centroids. Only the warm start differs.
+* Memory: at most ``min(memory_size, n)`` projections for a client of n samples; the reference's
+  memory always holds 128 rows, a small client's filled with projections of earlier epochs (copies
+  of the same samples), so its local centroids are fitted to more, repeated, points.
+* Augmentation: the reference's ``OrchestraTransform`` crops 50-100% (bicubic), jitters hue as well
+  (ColorJitter(0.4, 0.4, 0.2, 0.1)) and blurs (p 0.5 in T, 0.1 in T', with solarisation p 0.2 in
+  T'); this simulator's batched augmentation has no hue jitter, blur or solarisation.
+  ``scenarios/orchestra/cifar10_resnet18.yaml`` sets the crop scale and the jitter strengths it
+  can; the Fashion-MNIST scenarios (one channel) use the simulator's defaults.
+* G = 128 global and L = 16 local clusters and temperature 0.1 are the reference's config
+  (``num_global_clusters``, ``num_local_clusters``, ``main_T`` in its ``config.py``); the paper's text
+  gives G = 64, L = 8 for CIFAR-10.
 
 The evaluated encoder is the online one, as in the reference's kNN monitor.
 """

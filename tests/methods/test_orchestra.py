@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from methods import build_method
 from methods.base import ClientData, DataSpec
+from methods.local_training import copy_into
 from methods.orchestra import RecentProjections, orchestra_projector
 from methods.sinkhorn import equal_size_clustering
 from simulator.augment import to_float
@@ -157,6 +158,28 @@ def test_setup_memory_is_target_projections_in_train_mode_with_statistics_restor
     assert torch.allclose(memory, expected, atol=1e-5)
     for name, slot in workspace.slots.items():
         assert torch.equal(slot, broadcast["weights"][name]), name
+
+
+def test_setup_memory_is_projected_batch_by_batch(after_setup):
+    """With a memory of two batches, each batch is projected with its own batch statistics (the
+    reference's reset_memory runs its data loader's batches), not the whole memory at once."""
+    _, _, state, _ = after_setup
+    method, scenario = setup(training={"batch_size": 4})
+    workspace = method.make_workspace(torch.device("cpu"))
+    copy_into(workspace.slots, method.broadcast(state, context(scenario, 0))["weights"])
+    ctx = context(scenario, 0)
+    data = ClientData(0, *CLIENTS[0])
+    memory = method.fill_memory(workspace, data, ctx, ctx.client_generator(0, "train"))
+    rows = torch.randperm(len(data.labels), generator=ctx.client_generator(0, "train"))[:8]
+    target = copy.deepcopy(workspace.target).train()
+
+    def projected(images):
+        with torch.no_grad():
+            return F.normalize(target["projector"](target["encoder"](to_float(images))), dim=1)
+
+    by_batch = torch.cat([projected(data.images[rows[:4]]), projected(data.images[rows[4:]])])
+    assert torch.allclose(memory, by_batch, atol=1e-5)
+    assert not torch.allclose(memory, projected(data.images[rows]), atol=1e-3)
 
 
 def test_training_round_uploads_weights_and_local_centroids(after_setup):

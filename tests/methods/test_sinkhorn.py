@@ -116,6 +116,36 @@ def test_the_stopping_test_runs_every_tenth_iteration():
     assert not torch.allclose(every_iteration, at_ten, atol=1e-7)
 
 
+def reference_local_clustering(points, initial_rows, num_clusters, loops=5):
+    """The reference code's ``local_clustering`` written out as it is: centroids start at the
+    memory rows ``initial_rows``; ``loops`` times: assignments ``argmax sknopp(Z C^T, max_iters=10)``,
+    then per cluster the normalised mean of its members (an empty cluster would take a random row;
+    the data below leave none empty)."""
+    centroids = points[initial_rows].clone()
+    for _ in range(loops):
+        choice = reference_transport(points @ centroids.T, max_iterations=10).argmax(dim=1)
+        for index in range(num_clusters):
+            selected = points[torch.nonzero(choice == index).squeeze(1)]
+            assert len(selected) > 0, "the hand computation assumes no empty cluster"
+            centroids[index] = F.normalize(selected.mean(dim=0), dim=0)
+    return centroids
+
+
+@pytest.mark.parametrize("n, k, seed", [(128, 16, 0), (96, 8, 1)])
+def test_local_clustering_is_the_reference_loop(n, k, seed):
+    # Orchestra's clients: 5 loops of a 10-iteration Sinkhorn-Knopp at lambda 25 (the reference's
+    # local_clustering), started from distinct random rows of the memory
+    points = unit_rows(n, 12, seed)
+    rows = torch.randperm(n, generator=seeded(seed + 10))[:k]  # what initial_rows draws first
+    found = equal_size_clustering(points, k, seeded(seed + 10))
+    assert torch.allclose(found, reference_local_clustering(points, rows, k), atol=1e-6)
+    # each of the reference's counts matters on these data: 4 loops, or the transport run to 100
+    # iterations, give other centroids
+    assert not torch.allclose(found, reference_local_clustering(points, rows, k, loops=4), atol=1e-3)
+    assert not torch.allclose(found, equal_size_clustering(points, k, seeded(seed + 10), sinkhorn_iterations=100),
+                              atol=1e-3)
+
+
 def reference_global_clustering(points, centroids, temperature, steps, lr=0.01):
     """The reference code's ``global_clustering``: SGD(lr, momentum 0.9, weight decay 1e-4) on the
     centroid matrix C; per step Q = sknopp(Z C^T) (no gradient), P = softmax(normalize(Z) C^T / T),
