@@ -15,8 +15,9 @@ from simulator.scenario import resolve
 DATA = make_synthetic(train_per_class=4, test_per_class=1, seed=3)
 
 
-def make(synthetic_raw, name, **params):
-    scenario = resolve({**synthetic_raw, "method": {"name": name, **params}})
+def make(synthetic_raw, name, head_norm="none", **params):
+    model = {**synthetic_raw.get("model", {}), "head_norm": head_norm}
+    scenario = resolve({**synthetic_raw, "model": model, "method": {"name": name, **params}})
     return scenario, build_method(scenario, DataSpec(1, 28, 10, (40, 40)))
 
 
@@ -52,9 +53,13 @@ def test_first_participation_starts_from_global_online_with_the_target_copied_fr
         torch.testing.assert_close(value, uploaded[name], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("head_norm", ["none", "batch"])
 @pytest.mark.parametrize("distance, global_predictor", [(0.39, True), (0.41, False)])
-def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw, distance, global_predictor):
-    scenario, method = make(synthetic_raw, "fedu", dapu_threshold=0.4)
+def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw, distance, global_predictor, head_norm):
+    # with head_norm batch the heads' BatchNorm statistics go with their networks, as EasyFL swaps
+    # whole modules: the predictor's with the predictor, the target's stay the client's, the online
+    # encoder's and projector's are the server's
+    scenario, method = make(synthetic_raw, "fedu", head_norm, dapu_threshold=0.4)
     state = Server(method).state
     first = participate(method, scenario, state, 1, None).client_state
     returning = {**first, "distance": distance}
@@ -68,10 +73,15 @@ def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw,
             expected = state["weights"][name]  # encoder and projector: always the global ones
         assert torch.equal(value, expected), name
     assert not torch.equal(state["weights"]["online.predictor.0.weight"], first["weights"]["online.predictor.0.weight"])
+    statistics = [name for name in start if name.endswith("running_mean")]
+    assert len(statistics) == (3 if head_norm == "batch" else 0)  # online projector and predictor, target projector
+    for name in statistics:  # the client's statistics differ from the server's: each check can fail
+        assert not torch.equal(state["weights"][name], first["weights"][name]), name
 
 
-def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(synthetic_raw):
-    scenario, method = make(synthetic_raw, "fedema", ema_tau=0.7)
+@pytest.mark.parametrize("head_norm", ["none", "batch"])
+def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(synthetic_raw, head_norm):
+    scenario, method = make(synthetic_raw, "fedema", head_norm, ema_tau=0.7)
     server = Server(method)
     state = server.state
     workspace = method.make_workspace(torch.device("cpu"))
@@ -81,9 +91,12 @@ def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(syntheti
     start = method.start_weights(workspace, state["weights"], first)
     for name in parameters:  # second participation: lambda = tau / d1, so mu = tau exactly
         torch.testing.assert_close(start[name], 0.3 * state["weights"][name] + 0.7 * first["weights"][name])
-    for name in start:
+    for name in start:  # the target (its BatchNorm statistics too) is the client's; the online
+        # networks' statistics (head_norm batch) are the server's
         if name.startswith("target."):
             assert torch.equal(start[name], first["weights"][name])
+        elif name not in parameters:
+            assert torch.equal(start[name], state["weights"][name]), name
     second = participate(method, scenario, state, 2, first).client_state
     assert second["scaler"] == pytest.approx(0.7 / d1)
     assert second["distance"] == pytest.approx(divergence(start, second["weights"]))
