@@ -17,6 +17,17 @@ online encoder and projector. Deliberate difference: the reference aliases targe
 that first round (one module object), so its EMA does nothing and the target equals the online
 networks throughout; here the target is a copy that follows BYOL's EMA from there.
 
+Further differences from the reference (see also :mod:`methods.fedavg`'s list: BYOL's loss is half
+the reference's sum, an incomplete last batch is kept unless ``training.drop_last``):
+
+* The divergence takes every 4-d kernel of the online encoder; the reference takes the parameters
+  whose name contains ``conv``, which leaves out a ResNet's 1x1 shortcut convolutions (the same set
+  for ``small_cnn``, whose kernels are all convolutions).
+* A client's BatchNorm statistics go with the networks they belong to (the reference swaps whole
+  modules): the target's are the client's, the online networks' the server's, FedU's kept predictor
+  keeps its own. FedEMA's predictor takes the server's statistics; the reference's takes the
+  client's when ``mu > 0.5`` (they are used by neither training, in train mode, nor evaluation).
+
 Heads as the reference (EasyFL's ``MLP``: Linear, BatchNorm1d, ReLU, Linear) only with
 ``model.head_norm: batch``, which the shipped FedU and FedEMA scenarios set; the key's default
 (``none``) keeps earlier runs reproducible. Without it BYOL did not learn on Fashion-MNIST here
@@ -31,6 +42,7 @@ import torch
 from torch import Tensor
 
 from methods.fedavg import FedAvg, FedAvgParams
+from simulator.context import RoundContext
 
 ONLINE, TARGET = "online.", "target."
 
@@ -61,15 +73,19 @@ class DivergenceAware(FedAvg):
                 ("objective", config.objective == "byol", "byol (an online predictor and an EMA target)"),
                 ("uv", not config.uv, "false (the client keeps its own networks)")]
 
-    def start_weights(self, workspace, global_weights, client_state):
-        if client_state is None:  # first participation: target = the global online networks
-            start = dict(global_weights)
+    def start_weights(self, workspace, global_weights, client_state, ctx):
+        if client_state is None or self.starts_afresh(client_state, ctx):
+            start = dict(global_weights)  # the global online networks, the target copied from them
             for name in start:
                 if name.startswith(TARGET):
                     start[name] = global_weights[ONLINE + name[len(TARGET):]]
             return start
         parameters = {ONLINE + name for name, _ in workspace.online.named_parameters()}
         return self.mix(global_weights, client_state, parameters)
+
+    def starts_afresh(self, client_state: dict[str, Any], ctx: RoundContext) -> bool:
+        """Whether a returning client starts as at its first participation (never here)."""
+        return False
 
     def mix(self, global_weights: dict[str, Tensor], client_state: dict[str, Any], parameters: set[str]
             ) -> dict[str, Tensor]:
@@ -78,6 +94,6 @@ class DivergenceAware(FedAvg):
         online networks' trainable names (the others, e.g. BatchNorm statistics, come from the server)."""
         raise NotImplementedError
 
-    def next_client_state(self, slots, start, client_state):
+    def next_client_state(self, slots, start, client_state, ctx):
         end = {name: value.detach().cpu().clone() for name, value in slots.items()}
-        return {"weights": end, "distance": divergence(start, end)}
+        return {"weights": end, "distance": divergence(start, end), "round": ctx.round}

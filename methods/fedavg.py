@@ -24,6 +24,24 @@ composes with any objective and variant.
 BYOL's EMA target is global state too: clients receive it, update it as
 t <- m t + (1 - m) o after each local step (m = ``target_momentum``) and upload it beside the online
 networks, so clients stay stateless (as Orchestra does for its target).
+
+Differences from EasyFL's ``applications/fedssl``, the reference code of the FedAvg-family baselines
+(FedU's and FedEMA's own: :mod:`methods.divergence_aware`):
+
+* FedAvg + BYOL shares the target as above. EasyFL's FedBYOL (``--update_encoder online
+  --update_predictor global``) keeps each client's own target (its server averages the targets but
+  never sends them back); that rule is FedU's with a ``dapu_threshold`` above every divergence (e.g.
+  ``method: {name: fedu, dapu_threshold: 1.0e9}``: global online networks, the client's own target).
+* BYOL's loss is the mean of its two directions (:func:`methods.losses.byol.byol_loss`), half of
+  EasyFL's (and the BYOL paper's) sum: with SGD, lr ``a`` and weight decay ``b`` here take EasyFL's
+  steps at lr ``a / 2`` and weight decay ``2 b``.
+* SimCLR: EasyFL's temperature is 0.07 and its projector has a hidden BatchNorm, its heads 4096 ->
+  2048 wide; here ``temperature`` (default 0.5; the Fashion-MNIST scenarios set 0.2, Louizos et
+  al.'s), a hidden BatchNorm only with ``model.head_norm: batch``, widths ``model.hidden_dim`` /
+  ``model.projector_dim`` (512 / 128 by default), CPU-scale choices.
+* An epoch's last, incomplete batch is trained on (a batch of one sample skipped); EasyFL's loaders
+  drop it, which ``training.drop_last: true`` restores. With BatchNorm heads a last batch of a few
+  samples is normalised over those few.
 """
 from __future__ import annotations
 
@@ -126,17 +144,18 @@ class FedAvg(Method):
         """The objective this client trains this round (the method's own here)."""
         return self.objective
 
-    def start_weights(self, workspace: Workspace, global_weights: dict[str, Tensor], client_state: Any
-                      ) -> dict[str, Tensor]:
+    def start_weights(self, workspace: Workspace, global_weights: dict[str, Tensor], client_state: Any,
+                      ctx: RoundContext) -> dict[str, Tensor]:
         """The networks a client starts its local training from (the global ones here)."""
         return global_weights
 
-    def next_client_state(self, slots: dict[str, Tensor], start: dict[str, Tensor], client_state: Any) -> Any:
+    def next_client_state(self, slots: dict[str, Tensor], start: dict[str, Tensor], client_state: Any,
+                          ctx: RoundContext) -> Any:
         """What a stateful client keeps after its local training (nothing here: stateless clients)."""
         return None
 
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
-        start = self.start_weights(workspace, broadcast["weights"], client_state)
+        start = self.start_weights(workspace, broadcast["weights"], client_state, ctx)
         copy_into(workspace.slots, start)
         objective = self.client_objective(workspace, extra, ctx)
         terms = [extension.bind(workspace, objective, broadcast, data, ctx) for extension in self.extensions]
@@ -147,5 +166,5 @@ class FedAvg(Method):
             upload.update(term.upload())
         sparse = tuple(key for extension in self.extensions for key in extension.sparse_rows)
         return ClientUpload(stats=Stats.from_tensors(upload, len(data.labels)), metrics={"loss": loss},
-                            client_state=self.next_client_state(workspace.slots, start, client_state),
+                            client_state=self.next_client_state(workspace.slots, start, client_state, ctx),
                             sparse_rows=sparse)

@@ -56,19 +56,22 @@ def train_local_epochs(step: LocalStep, num_samples: int, generator: torch.Gener
                        ctx: RoundContext, who: str) -> dict[str, float]:
     """``training.local_epochs`` epochs of SGD (``training``'s lr schedule, momentum, weight decay,
     gradient clipping, batch size) over ``num_samples`` samples in a fresh random order per epoch
-    drawn from ``generator``; a batch of one sample is skipped (batch statistics need two). Returns
+    drawn from ``generator``; a batch of one sample is skipped (batch statistics need two), and with
+    ``training.drop_last`` every incomplete batch (as the reference codes' data loaders do: EasyFL's
+    and Orchestra's; a client with fewer samples than a batch then takes no step). Returns
     the mean of the loss (``"loss"``) and of each logged part over the steps that ran (none: empty).
     A non-finite loss raises ``FloatingPointError`` naming ``who``."""
     training = ctx.hparams["training"]
     optimizer = MomentumSGD(step.parameters, lr=local_lr(ctx), momentum=training["momentum"],
                             weight_decay=training["weight_decay"])
     batch_size = training["batch_size"]
+    smallest = max(2, batch_size) if training["drop_last"] else 2
     logged: dict[str, list[Tensor]] = {"loss": []}
     for _ in range(training["local_epochs"]):
         order = torch.randperm(num_samples, generator=generator).to(device)
         for start in range(0, num_samples, batch_size):
             rows = order[start:start + batch_size]
-            if len(rows) < 2:
+            if len(rows) < smallest:
                 continue
             for hook in step.before_forward:
                 hook()

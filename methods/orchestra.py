@@ -59,8 +59,9 @@ Deliberate differences from the reference code (paper's Algorithm 1 where they d
   reference code updates it at the start of each step, before the target's forward pass
   (``update_target`` inside ``forward``). ``ema_before_forward: true`` restores that.
 * Incomplete batches: the reference drops every incomplete batch (``drop_last``); here only a
-  batch of one sample is skipped (BatchNorm needs two); a client whose memory stays empty (one
-  sample) fills it by a forward pass, in eval mode for a single sample.
+  batch of one sample is skipped (BatchNorm needs two), unless ``training.drop_last: true``, which
+  restores the reference's rule; a client whose memory stays empty (no step ran) fills it by a
+  forward pass as in the setup round, in eval mode for a single sample.
 * The reference also runs the online model on the target's view (an unused output that only moves
   the online BatchNorm statistics); not done here.
 * Sinkhorn-Knopp in float64 (reference float32); the global clustering normalises the local

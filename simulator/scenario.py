@@ -32,7 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "method": {"name": "fedavg"},
     "training": {"rounds": 50, "local_epochs": 1, "batch_size": 32, "lr": 0.05,
                  "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4,
-                 "grad_clip_norm": 0.0, "centralized": False},
+                 "grad_clip_norm": 0.0, "drop_last": False, "centralized": False},
     "augment": {"crop_scale": [0.35, 1.0], "flip_prob": 0.5, "jitter_prob": 0.8,
                 "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0},
     "eval": {"enabled": True, "every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,

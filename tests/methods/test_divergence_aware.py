@@ -21,9 +21,13 @@ def make(synthetic_raw, name, head_norm="none", **params):
     return scenario, build_method(scenario, DataSpec(1, 28, 10, (40, 40)))
 
 
+def at(scenario, round_index):
+    return RoundContext(round_index, 4, (0,), scenario["seed"], freeze(scenario))
+
+
 def participate(method, scenario, state, round_index, client_state):
     workspace = method.make_workspace(torch.device("cpu"))
-    ctx = RoundContext(round_index, 4, (0,), scenario["seed"], freeze(scenario))
+    ctx = at(scenario, round_index)
     upload = method.client_update(workspace, method.broadcast(state, ctx), None,
                                   ClientData(0, DATA.train_x, DATA.train_y), ctx, client_state)
     return upload
@@ -40,14 +44,14 @@ def test_divergence_is_the_mean_l2_change_of_the_encoders_convolution_kernels():
 def test_first_participation_starts_from_global_online_with_the_target_copied_from_it(synthetic_raw):
     scenario, method = make(synthetic_raw, "fedu")
     state = Server(method).state
-    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], None)
+    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], None, at(scenario, 1))
     for name, value in start.items():
         source = "online." + name[len("target."):] if name.startswith("target.") else name
         assert torch.equal(value, state["weights"][source])
     upload = participate(method, scenario, state, 1, None)
     kept = upload.client_state
     uploaded = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
-    assert set(kept["weights"]) == set(uploaded) and kept["distance"] > 0
+    assert set(kept["weights"]) == set(uploaded) and kept["distance"] > 0 and kept["round"] == 1
     assert kept["distance"] == pytest.approx(divergence(start, kept["weights"]))
     for name, value in kept["weights"].items():
         torch.testing.assert_close(value, uploaded[name], rtol=0, atol=1e-5)
@@ -63,7 +67,8 @@ def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw,
     state = Server(method).state
     first = participate(method, scenario, state, 1, None).client_state
     returning = {**first, "distance": distance}
-    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], returning)
+    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], returning,
+                                 at(scenario, 2))
     for name, value in start.items():
         if name.startswith("online.predictor."):
             expected = state["weights"][name] if global_predictor else first["weights"][name]
@@ -88,7 +93,7 @@ def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(syntheti
     first = participate(method, scenario, state, 1, None).client_state
     d1 = first["distance"]
     parameters = {"online." + n for n, _ in workspace.online.named_parameters()}
-    start = method.start_weights(workspace, state["weights"], first)
+    start = method.start_weights(workspace, state["weights"], first, at(scenario, 2))
     for name in parameters:  # second participation: lambda = tau / d1, so mu = tau exactly
         torch.testing.assert_close(start[name], 0.3 * state["weights"][name] + 0.7 * first["weights"][name])
     for name in start:  # the target (its BatchNorm statistics too) is the client's; the online
@@ -102,10 +107,28 @@ def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(syntheti
     assert second["distance"] == pytest.approx(divergence(start, second["weights"]))
     mu = min(0.7 / d1 * second["distance"], 1.0)  # third participation: lambda kept, the new d
     assert method.blend(second) == pytest.approx(mu)
-    third = method.start_weights(workspace, state["weights"], second)
+    third = method.start_weights(workspace, state["weights"], second, at(scenario, 3))
     name = "online.encoder.features.0.0.weight"
     torch.testing.assert_close(third[name], (1 - mu) * state["weights"][name] + mu * second["weights"][name])
     assert method.blend({**second, "distance": 100 * second["distance"]}) == 1.0  # capped at 1
+
+
+@pytest.mark.parametrize("selective", [False, True])
+def test_selective_fedema_mixes_only_after_training_in_the_previous_round(synthetic_raw, selective):
+    # EasyFL's selective_ema (its FedEMA under random selection): a client that trained in round 1
+    # mixes in round 2; in round 3 it starts from the global networks, target copied from the online
+    scenario, method = make(synthetic_raw, "fedema", ema_tau=0.7, selective=selective)
+    state = Server(method).state
+    workspace = method.make_workspace(torch.device("cpu"))
+    first = participate(method, scenario, state, 1, None).client_state
+    fresh = method.start_weights(workspace, state["weights"], None, at(scenario, 1))
+    mixed = method.start_weights(workspace, state["weights"], first, at(scenario, 2))
+    name = "online.encoder.features.0.0.weight"
+    torch.testing.assert_close(mixed[name], 0.3 * state["weights"][name] + 0.7 * first["weights"][name])
+    later = method.start_weights(workspace, state["weights"], first, at(scenario, 3))
+    for key in later:
+        assert torch.equal(later[key], fresh[key] if selective else mixed[key]), key
+    assert not torch.equal(mixed["target.encoder.features.0.0.weight"], fresh["target.encoder.features.0.0.weight"])
 
 
 def test_fedu_and_fedema_accept_only_byol(synthetic_raw):

@@ -12,7 +12,7 @@ from methods.local_training import LocalStep, MomentumSGD, ema_update, local_lr,
 from simulator.context import RoundContext, freeze
 
 TRAINING = {"local_epochs": 2, "batch_size": 4, "lr": 0.1, "lr_schedule": "constant", "momentum": 0.0,
-            "weight_decay": 0.0, "grad_clip_norm": 0.0}
+            "weight_decay": 0.0, "grad_clip_norm": 0.0, "drop_last": False}
 
 
 def context(round_index=1, rounds=4, **training):
@@ -54,6 +54,22 @@ def test_a_batch_of_one_sample_is_skipped_and_no_step_logs_nothing():
     step = LocalStep(lambda rows: (w * len(rows), {}), [w])
     metrics = train_local_epochs(step, 1, torch.Generator().manual_seed(0), torch.device("cpu"), context(), "c")
     assert metrics == {} and w.item() == 1.0
+
+
+@pytest.mark.parametrize("num_samples, batch_size, sizes", [(10, 4, [4, 4]), (10, 5, [5, 5]), (3, 4, [])])
+def test_drop_last_skips_every_incomplete_batch(num_samples, batch_size, sizes):
+    # training.drop_last (the reference codes' data loaders): only complete batches, also none at all
+    seen = []
+    w = torch.nn.Parameter(torch.ones(()))
+    step = LocalStep(lambda rows: (seen.append(len(rows)) or w * len(rows), {}), [w])
+    metrics = train_local_epochs(step, num_samples, torch.Generator().manual_seed(0), torch.device("cpu"),
+                                 context(local_epochs=1, batch_size=batch_size, drop_last=True), "c")
+    assert seen == sizes
+    assert (metrics == {}) == (not sizes)
+    seen.clear()  # without it the last batch is trained on
+    train_local_epochs(step, num_samples, torch.Generator().manual_seed(0), torch.device("cpu"),
+                       context(local_epochs=1, batch_size=batch_size), "c")
+    assert seen == sizes + ([num_samples % batch_size] if num_samples % batch_size else [])
 
 
 def test_cosine_schedule_and_non_finite_guard():
@@ -118,7 +134,7 @@ import sys, torch
 from methods.local_training import LocalStep, train_local_epochs
 from simulator.context import RoundContext, freeze
 training = {"local_epochs": 1, "batch_size": 4, "lr": 0.1, "lr_schedule": "constant", "momentum": 0.9,
-            "weight_decay": 1e-4, "grad_clip_norm": 1.0}
+            "weight_decay": 1e-4, "grad_clip_norm": 1.0, "drop_last": False}
 w = torch.nn.Parameter(torch.ones(3))
 step = LocalStep(lambda rows: ((w * rows.float().unsqueeze(1)).pow(2).sum(), {}), [w])
 ctx = RoundContext(1, 2, (0,), 0, freeze({"training": training}))

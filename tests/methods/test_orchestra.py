@@ -428,6 +428,27 @@ def test_client_with_fewer_samples_than_local_clusters(after_setup, samples):
     assert upload.stats.weight == samples
 
 
+def test_drop_last_client_smaller_than_a_batch_clusters_its_setup_style_memory(after_setup):
+    # training.drop_last (the reference's loaders): 6 samples in batches of 8 take no step; the client
+    # uploads the broadcast networks and clusters a memory filled as in the setup round
+    _, _, state, _ = after_setup
+    method, scenario = setup(training={"drop_last": True})
+    broadcast = method.broadcast(state, context(scenario, 1))
+    small = ClientData(7, DATA.train_x[:6], DATA.train_y[:6])
+    ctx = context(scenario, 1, (7,))
+    upload = method.client_update(method.make_workspace(torch.device("cpu")), broadcast, None, small, ctx)
+    for name, value in upload.stats.average().items():
+        torch.testing.assert_close(value, broadcast["weights"][name.split("/", 1)[1]], rtol=0, atol=1e-5)
+    assert "loss" not in upload.metrics
+    workspace = method.make_workspace(torch.device("cpu"))
+    copy_into(workspace.slots, broadcast["weights"])
+    generator = ctx.client_generator(7, "train")
+    torch.randperm(6, generator=generator)  # the one local epoch's order, drawn before its (no) batches
+    memory = method.fill_memory(workspace, small, ctx, generator)
+    expected = method.local_centroids(memory, ctx.client_generator(7, "local-clustering"))
+    assert torch.equal(upload.record["centroids"], expected)
+
+
 def test_reference_views_feed_augmented_views_to_target_and_rotation(after_setup):
     """``reference_views``: the target and the rotation see augmented views (the reference code's
     three views); every uploaded tensor against the replay."""
