@@ -36,8 +36,8 @@ Differences from EasyFL's ``applications/fedssl``, the reference code of the Fed
   EasyFL's (and the BYOL paper's) sum: with SGD, lr ``a`` and weight decay ``b`` here take EasyFL's
   steps at lr ``a / 2`` and weight decay ``2 b``.
 * SimCLR: EasyFL's temperature is 0.07 and its projector has a hidden BatchNorm, its heads 4096 ->
-  2048 wide; here ``temperature`` (default 0.5; the Fashion-MNIST scenarios set 0.2, Louizos et
-  al.'s), a hidden BatchNorm only with ``model.head_norm: batch``, widths ``model.hidden_dim`` /
+  2048 wide; here ``temperature`` (default 0.5; the SimCLR scenarios set 0.2, a choice of this
+  simulator), a hidden BatchNorm only with ``model.head_norm: batch``, widths ``model.hidden_dim`` /
   ``model.projector_dim`` (512 / 128 by default), CPU-scale choices.
 * An epoch's last, incomplete batch is trained on (a batch of one sample skipped); EasyFL's loaders
   drop it, which ``training.drop_last: true`` restores. With BatchNorm heads a last batch of a few

@@ -33,6 +33,11 @@ no setup round over all clients is needed (round 1 has no ``Kbar`` and trains lo
 (2) It computes ``K_i`` on the whole RAD once per local epoch; here each SGD step computes the term
 on a fresh random batch of ``rad_batch_size`` RAD images (CKA against the matching sub-block of
 ``Kbar``), so the term's gradient is as fresh as the SSL loss's.
+(3) Evaluation: Table 4 averages over all clients of an architecture; here the
+``eval_clients_per_tier`` clients of each tier that train most often (2 of 10, or of 50, per tier in
+the Fashion-MNIST scenarios), the best-trained ones, so the per-tier accuracies are those of the
+most-trained clients, not of the average client. (4) ``rad_size`` defaults to 1000 and
+``rad_batch_size`` to 128 (section 5.1: a 5000-image RAD); every shipped scenario sets both.
 ``mu = 0`` is local-only SSL; the kernels are still shared so that ``train/rad_cka`` (CKA of each
 trained client's kernel with ``Kbar(t-1)``) can be compared between the two.
 

@@ -25,6 +25,21 @@ weights by sample count like the other weights. The bytes accounted for a client
 :class:`UV` is this as an extension (:mod:`methods.extension`): ``method.uv: true`` adds it to any
 objective with two views of a method that allows extensions, ``uv_weight`` times the UV loss of both
 views on the UV projector's outputs added to the objective's loss.
+
+Differences from the paper (no public reference code was found), besides the sample-count weights
+above:
+
+* Contrastive term: SimCLR's NT-Xent (:mod:`methods.losses.nt_xent`: symmetric, the negatives drawn
+  from both views), where Eq. 3 writes a one-directional InfoNCE whose negatives come from the other
+  view only; the paper names its method SimCLR.
+* Temperature: the paper gives none (Eq. 3's critic is left open); the UV scenarios set 0.2, a
+  choice of this simulator. It sets how strongly the contrastive gradient weighs against the UV
+  loss, whose cosine logits lie in [-1, 1] with no temperature.
+* With labels (``labelled_fraction > 0``, :mod:`methods.semi_supervised`), the UV term covers every
+  row of the batch, labelled ones included, as Eq. 13 writes; Algorithm 2 (Appendix C) applies it
+  to the unlabelled rows only (about 10% more rows in the ``_semi10`` scenarios).
+* The CIFAR scenarios' colour distortion has no hue jitter (Appendix A: hue 0.1): the simulator's
+  batched augmentation has none.
 """
 from __future__ import annotations
 
