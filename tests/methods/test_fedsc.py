@@ -51,7 +51,7 @@ def run_round(method, server, scenario, round_index, cohort):
 
 
 def test_setup_round_collects_every_clients_correlation_without_training(synthetic_raw):
-    method, scenario = build(synthetic_raw, name="fedsc", share_clip_mu=1.0, share_views=2)
+    method, scenario = build(synthetic_raw, name="fedsc", share_clip_mu=0.01, share_views=2)
     server = Server(method)
     before = {k: v.clone() for k, v in server.state["weights"].items()}
     result, metrics, _, _ = run_round(method, server, scenario, 0, (0, 1, 2, 3))
@@ -60,7 +60,8 @@ def test_setup_round_collects_every_clients_correlation_without_training(synthet
         matrix = record["correlation"]
         assert matrix.shape == (DIM, DIM) and torch.allclose(matrix, matrix.T, atol=1e-6)
         assert torch.linalg.eigvalsh(matrix.double()).min() > -1e-6  # an average of z z^T: PSD
-        assert matrix.trace() <= 1.0 + 1e-5  # every z clipped to norm sqrt(mu) = 1
+        # every z (norms up to ~0.9 at initialisation) clipped to norm sqrt(mu) = 0.1: the mean of ||zc||^2
+        assert matrix.trace().item() == pytest.approx(0.01, rel=1e-5)
         assert torch.equal(server.state["correlations"][cid], matrix)
     assert all(torch.equal(before[k], server.state["weights"][k]) for k in before)
     assert metrics["bytes_up/correlation"] == 4 * 4 * DIM * DIM and "bytes_up/weights" not in metrics
@@ -230,6 +231,15 @@ def test_one_clip_bound_governs_the_loss_and_dp_calr_by_default(synthetic_raw):
     assert moved.config.clip_mu == moved.share_mu == 1.0
     split, _ = build(synthetic_raw, name="fedsc", clip_mu=0.0, share_clip_mu=9.0)  # Eq. 5 unclipped, DP-CalR at 9
     assert split.config.clip_mu == 0.0 and split.share_mu == 9.0
+    # the split bounds in use: DP-CalR clips at sqrt(9) = 3 (the projections are ~20 long), the loss not
+    split_workspace = split.make_workspace(torch.device("cpu"))
+    for name, slot in split_workspace.slots.items():
+        slot.data.copy_(weights[name])
+    assert split.shared_correlation(split_workspace, ClientData(0, *CLIENTS[0]), ctx).trace().item() == \
+        pytest.approx(9.0, rel=1e-5)
+    unclipped = FedSCSpectral(split.objective, shared, 0.5)
+    z_loss = unclipped.clipped_projections(unclipped.embed(split_workspace.online, None, [to_float(images)] * 2), None)
+    assert all(z.norm(dim=1).min() > 10 for z in z_loss)
 
 
 @pytest.mark.parametrize("case", ["clipped, noise_sigma", "clipped, target_epsilon", "unclipped, no noise"])
