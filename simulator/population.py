@@ -8,12 +8,17 @@ that are offline, drop out or miss the deadline are not simulated at all (their 
   of ``availability_spread``, drawn once per client), times a diurnal factor
   ``1 + diurnal_amplitude * sin(2 pi round / diurnal_period)``; or, with ``availability_trace``, a
   CSV file with columns ``round,client`` listing who is online (rounds wrap around the trace).
-- dropout: an online client drops out mid-round with probability ``dropout``.
+- sampling: the server samples the round's cohort among the clients online in that round (they
+  have checked in, as in production systems, Flower and FedScale), all of them when fewer are.
+- dropout: a sampled client drops out mid-round with probability ``dropout``.
 - speed tiers: ``speed_tiers`` is a list of ``{fraction, samples_per_second}``; a client's simulated
   compute time is ``n_j * local_epochs / samples_per_second`` times a log-normal jitter (sigma 0.25).
 - deadline: clients whose simulated time exceeds ``deadline_seconds`` are late (dropped).
 - over-selection: ``ceil(clients_per_round * (1 + over_selection))`` clients are sampled; the
   first ``clients_per_round`` to report are kept, as production cross-device systems do.
+- round time: the last kept report's time; a round short of ``clients_per_round`` reports closes at
+  the deadline (the server cannot tell a dropped client from a slow one), or without a deadline at
+  its last report.
 """
 from __future__ import annotations
 
@@ -31,15 +36,17 @@ from simulator.context import derive_seed
 
 @dataclass(frozen=True)
 class RoundPlan:
-    sampled: tuple[int, ...]
-    available: tuple[int, ...]
+    sampled: tuple[int, ...]     # the cohort the server picked among the online clients
+    available: tuple[int, ...]   # the sampled clients, who receive the round (all online)
     dropped: tuple[int, ...]
     late: tuple[int, ...]
     completed: tuple[int, ...]   # the cohort whose updates count (sorted ids)
     simulated_seconds: float     # when the server closes the round
+    online: int                  # clients online in the whole population this round
 
     def counts(self) -> dict[str, float]:
-        return {"clients/sampled": float(len(self.sampled)), "clients/available": float(len(self.available)),
+        return {"clients/online": float(self.online),
+                "clients/sampled": float(len(self.sampled)), "clients/available": float(len(self.available)),
                 "clients/dropped": float(len(self.dropped)), "clients/late": float(len(self.late)),
                 "clients/reporting": float(len(self.completed)),
                 "time/simulated_round_seconds": self.simulated_seconds}
@@ -88,31 +95,34 @@ class Population:
         n, cfg = len(self.sizes), self.config
         if round_index == 0:
             everyone = tuple(range(n))
-            return RoundPlan(everyone, everyone, (), (), everyone, 0.0)
+            return RoundPlan(everyone, everyone, (), (), everyone, 0.0, n)
+        online = self.online_clients(round_index)
         rng = np.random.default_rng(derive_seed(self.seed, round_index, "cohort"))
         wanted = cfg["clients_per_round"]
-        sampled = np.sort(rng.choice(n, size=min(n, math.ceil(wanted * (1 + cfg["over_selection"]))), replace=False))
-        if self.trace is not None:
-            online_now = self.trace[round_index % len(self.trace)]
-            online = np.array([c in online_now for c in sampled], dtype=bool)
-        else:
-            online = rng.random(len(sampled)) < self.online_probability(round_index)[sampled]
-        available = sampled[online]
-        stays = rng.random(len(available)) >= cfg["dropout"]
-        seconds = (self.sizes[available] * self.local_epochs / self.speed[available]
-                   * np.exp(0.25 * rng.standard_normal(len(available))))
+        size = min(len(online), math.ceil(round(wanted * (1 + cfg["over_selection"]), 9)))  # 100 * 1.1 is 110
+        sampled = np.sort(rng.choice(online, size=size, replace=False))
+        stays = rng.random(len(sampled)) >= cfg["dropout"]
+        seconds = (self.sizes[sampled] * self.local_epochs / self.speed[sampled]
+                   * np.exp(0.25 * rng.standard_normal(len(sampled))))
         deadline = cfg["deadline_seconds"]
-        on_time = seconds <= deadline if deadline is not None else np.ones(len(available), dtype=bool)
+        on_time = seconds <= deadline if deadline is not None else np.ones(len(sampled), dtype=bool)
         reporting = np.flatnonzero(stays & on_time)
         first = reporting[np.argsort(seconds[reporting], kind="stable")][:wanted]
-        if len(first) == wanted:
-            closes = float(seconds[first].max()) if wanted else 0.0
+        if len(first) < wanted and deadline is not None:
+            closes = float(deadline)
         else:
-            closes = float(deadline) if deadline is not None and not on_time.all() else (
-                float(seconds[first].max()) if len(first) else 0.0)
-        as_ids = lambda idx: tuple(int(c) for c in np.sort(available[idx]))
-        return RoundPlan(tuple(int(c) for c in sampled), tuple(int(c) for c in available),
-                         as_ids(~stays), as_ids(stays & ~on_time), as_ids(first), closes)
+            closes = float(seconds[first].max()) if len(first) else 0.0
+        as_ids = lambda idx: tuple(int(c) for c in np.sort(sampled[idx]))
+        cohort = tuple(int(c) for c in sampled)
+        return RoundPlan(cohort, cohort, as_ids(~stays), as_ids(stays & ~on_time), as_ids(first), closes, len(online))
+
+    def online_clients(self, round_index: int) -> np.ndarray:
+        """The ids online in round ``round_index`` (sorted): the trace's, or each client with its
+        probability, drawn from (seed, round) apart from the cohort's draws."""
+        if self.trace is not None:
+            return np.array(sorted(self.trace[round_index % len(self.trace)]), dtype=np.int64)
+        draws = np.random.default_rng(derive_seed(self.seed, round_index, "online")).random(len(self.sizes))
+        return np.flatnonzero(draws < self.online_probability(round_index))
 
 
 @dataclass(frozen=True)

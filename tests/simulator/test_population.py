@@ -30,10 +30,29 @@ def test_plan_is_deterministic_in_seed_and_round():
 
 
 def test_availability_and_dropout_rates_match_the_configured_probabilities():
-    t = totals(population(availability=0.6, dropout=0.25))
-    assert t["clients/available"] / t["clients/sampled"] == pytest.approx(0.6, abs=0.02)
-    assert t["clients/dropped"] / t["clients/available"] == pytest.approx(0.25, abs=0.02)
-    assert t["clients/reporting"] == t["clients/available"] - t["clients/dropped"]
+    pop = population(availability=0.6, dropout=0.25)
+    t = totals(pop)
+    assert t["clients/online"] / (200 * 300) == pytest.approx(0.6, abs=0.02)
+    # the cohort is sampled among the online clients: a full one every round (about 120 are online)
+    assert t["clients/sampled"] == t["clients/available"] == 20 * 300
+    for r in (1, 2, 3):
+        assert set(pop.plan(r).sampled) <= set(pop.online_clients(r).tolist())
+    assert t["clients/dropped"] / t["clients/sampled"] == pytest.approx(0.25, abs=0.02)
+    assert t["clients/reporting"] == t["clients/sampled"] - t["clients/dropped"]
+
+
+def test_a_round_with_fewer_online_clients_than_wanted_samples_them_all(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("round,client\n" + "".join(f"0,{c}\n" for c in (3, 50, 51, 120, 199)))
+    plan = population(availability_trace=str(trace), over_selection=0.5).plan(4)
+    assert plan.sampled == plan.completed == (3, 50, 51, 120, 199) and plan.counts()["clients/online"] == 5
+
+
+@pytest.mark.parametrize("wanted, over, expected", [(100, 0.1, 110), (20, 0.3, 26), (10, 0.25, 13)])
+def test_over_selection_samples_the_ceiling_of_the_exact_product(wanted, over, expected):
+    # 100 * 1.1 is 110.00000000000001 in floating point: still 110 clients, not 111
+    pop = population(num_clients=300, clients_per_round=wanted, over_selection=over)
+    assert len(pop.plan(1).sampled) == expected
 
 
 def test_per_client_availability_spread_and_diurnal_cycle():
@@ -56,6 +75,23 @@ def test_deadline_drops_the_slow_tier():
     assert plan.simulated_seconds == 1.0  # the server waited until the deadline
 
 
+def test_a_round_short_of_reports_closes_at_the_deadline():
+    # only dropouts, no late client (each needs about 1 s): short of 20 reports, the server cannot tell
+    # dropped from slow clients and waits until the deadline; without a deadline it closes at the last
+    # report, as a full round does with or without one
+    waiting, open_ended = population(dropout=0.3, deadline_seconds=30.0), population(dropout=0.3)
+    short = 0
+    for r in range(1, 20):
+        plan, same = waiting.plan(r), open_ended.plan(r)
+        assert not plan.late and plan.completed == same.completed
+        if len(plan.completed) < 20:
+            short += 1
+            assert plan.simulated_seconds == 30.0 and same.simulated_seconds < 3.0
+        else:
+            assert plan.simulated_seconds == same.simulated_seconds < 3.0
+    assert short > 0
+
+
 def test_over_selection_keeps_the_first_to_report():
     tiers = [{"fraction": 0.5, "samples_per_second": 10.0}, {"fraction": 0.5, "samples_per_second": 1000.0}]
     pop = population(speed_tiers=tiers, over_selection=0.5)
@@ -70,8 +106,10 @@ def test_availability_trace_decides_who_is_online(tmp_path):
     trace = tmp_path / "trace.csv"
     trace.write_text("round,client\n" + "".join(f"{r},{c}\n" for r in range(2) for c in range(r, 200, 2)))
     pop = population(availability_trace=str(trace))
-    assert all(c % 2 == 1 for c in pop.plan(1).available)  # round 1 -> trace round 1: odd ids
-    assert all(c % 2 == 0 for c in pop.plan(2).available)  # wraps around to trace round 0
+    odd, even = pop.plan(1), pop.plan(2)
+    assert len(odd.sampled) == len(even.sampled) == 20  # sampled among the 100 online
+    assert all(c % 2 == 1 for c in odd.sampled)  # round 1 -> trace round 1: odd ids
+    assert all(c % 2 == 0 for c in even.sampled)  # wraps around to trace round 0
 
 
 def test_a_bad_availability_trace_is_one_line_when_the_scenario_loads(tmp_path):
