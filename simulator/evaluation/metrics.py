@@ -160,7 +160,10 @@ def label_subset(labels: Tensor, fraction: float, seed: int, draw: int) -> Tenso
 
     The subset has ``floor(fraction * N + 0.5)`` rows, split over the classes in proportion to
     their counts (largest remainders first, ties to the lower class), and at least one row of every
-    class present (which may add rows when the fraction is tiny). The rows are the first ones of
+    class present (which may add rows when the fraction is tiny). The quotas are computed in floating
+    point, so an exact half or an exact tie of remainders may fall the other way (e.g. 0.29 * 850 is
+    246.49999999999997): one row moves between classes, or the subset is one row shorter; kept so
+    that the subsets of earlier runs stay the same. The rows are the first ones of
     each class in one random order that depends only on ``(seed, draw)``: a draw is reproducible,
     different draws differ, and for a larger fraction every class keeps the rows it had for a
     smaller one whenever its count does not shrink (with balanced classes the 1% subset lies

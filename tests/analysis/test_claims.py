@@ -29,6 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
     ((-3.0, 0.5), "not_greater", 1.0, "reproduced"),          # below +1 (UV hurts or does not help)
     ((-0.4, 1.4), "not_greater", 1.0, "not reproduced"),      # may help by more than 1
     ((1.2, 2.0), "not_greater", 1.0, "contradicted"),         # helps by more than 1
+    ((0.5, 1.5), "not_greater", 1.0, "not reproduced"),       # above zero, yet may stay below +1
+    ((-3.0, -1.5), "equivalent", 1.0, "contradicted"),        # wholly below -1
+    ((0.0, 2.0), "greater", None, "not reproduced"),          # touches zero: does not exclude it
+    ((-2.0, 0.0), "greater", None, "not reproduced"),
+    ((-1.0, 0.5), "equivalent", 1.0, "not reproduced"),       # touches -1: not inside
+    ((-0.5, 1.0), "not_greater", 1.0, "not reproduced"),      # touches +1
+    ((1.0, 2.0), "not_greater", 1.0, "not reproduced"),       # from +1 up: not wholly above it
 ])
 def test_verdict_from_the_interval(interval, direction, margin, verdict):
     assert decide(interval, direction, margin)[0] == verdict

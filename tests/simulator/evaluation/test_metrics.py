@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from simulator.evaluation.metrics import extract_features, finetune, finetune_top1, knn_top1, label_subset, linear_probe_top1
@@ -115,6 +116,48 @@ def test_knn_normalises_features_of_varied_norms_and_weights_votes_by_exp_sim_ov
     # the accuracy is the fraction of queries right: a second query, (0, 1), is nearest to class 1
     queries, labels = torch.tensor([[3.0, 0.0], [0.0, 0.1]]), torch.tensor([0, 0])
     assert knn_top1(bank, bank_labels, queries, labels, 2, k=3, temperature=0.28) == 0.5
+
+
+def imbalanced_blobs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """60, 15 and 15 points of three overlapping 4-d Gaussian blobs (not separable)."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.cat([torch.full((count,), k) for k, count in enumerate((60, 15, 15))])
+    centres = torch.tensor([[0.0, 0, 0, 0], [1.5, 0, 0, 0], [0, 1.5, 0, 0]])
+    return centres[labels] + torch.randn(len(labels), 4, generator=generator), labels
+
+
+def newton_probe(features, labels, num_classes, weight_decay):
+    """The probe's objective (mean cross-entropy + weight_decay / 2 ||W||^2, bias free, on features
+    standardised with the train statistics) minimised by Newton's method in float64 (exact Hessian);
+    returns the predicted classes of new features."""
+    mean, std = features.mean(0), features.std(0)
+    z = ((features - mean) / std).double()
+    k, d = num_classes, z.shape[1]
+
+    def objective(theta):
+        return F.cross_entropy(z @ theta[:k * d].view(k, d).T + theta[k * d:], labels) + \
+            weight_decay / 2 * theta[:k * d].square().sum()
+
+    theta = torch.zeros(k * d + k, dtype=torch.float64)
+    ridge = 1e-12 * torch.eye(len(theta), dtype=torch.float64)  # the biases' common shift is free
+    for _ in range(30):
+        gradient = torch.autograd.functional.jacobian(objective, theta)
+        theta = theta - torch.linalg.solve(torch.autograd.functional.hessian(objective, theta) + ridge, gradient)
+    return lambda q: (((q - mean) / std).double() @ theta[:k * d].view(k, d).T + theta[k * d:]).argmax(1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_linear_probe_is_the_regularised_logistic_regression_optimum(seed, one_thread):
+    # the default probe (weight decay 1e-4) scores as the exact optimum of its objective; a penalty
+    # of 1 (the optimum shrinks towards the majority class) would score lower on these data
+    train, train_labels = imbalanced_blobs(seed)
+    test, test_labels = imbalanced_blobs(seed + 100)
+
+    def accuracy(weight_decay):
+        return (newton_probe(train, train_labels, 3, weight_decay)(test) == test_labels).double().mean().item()
+
+    assert linear_probe_top1(train, train_labels, test, test_labels, 3) == pytest.approx(accuracy(1e-4), abs=1e-9)
+    assert accuracy(1.0) < accuracy(1e-4) - 0.05
 
 
 def test_linear_probe_is_scored_on_the_held_out_test_set(one_thread):
