@@ -12,6 +12,13 @@ def test_client_randomness_depends_on_seed_round_and_client_only():
     assert not torch.equal(draw(ctx, 2), draw(ctx, 1))
     other_round = RoundContext(round=4, num_rounds=10, cohort=(2,), seed=7, hparams=freeze({}))
     assert not torch.equal(draw(ctx, 2), draw(other_round, 2))
+    other_seed = RoundContext(round=3, num_rounds=10, cohort=(1, 2), seed=8, hparams=freeze({}))
+    assert not torch.equal(draw(ctx, 2), draw(other_seed, 2))
+    # named streams (e.g. Orchestra's "local-clustering", FedSC's "correlation") are independent
+    # of the default "train" stream and of each other
+    streams = [torch.rand(4, generator=ctx.client_generator(2, name)) for name in ("train", "correlation", "rad")]
+    assert torch.equal(streams[0], draw(ctx, 2))
+    assert not torch.equal(streams[0], streams[1]) and not torch.equal(streams[1], streams[2])
     assert derive_seed(1, 2) != derive_seed(2, 1)
 
 
