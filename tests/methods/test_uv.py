@@ -69,6 +69,24 @@ def test_a_client_changes_only_its_own_row_and_rows_stay_unit_norm(synthetic_raw
     assert not torch.allclose(new["online.uv_projector.0.weight"], broadcast["weights"]["online.uv_projector.0.weight"])
 
 
+def test_the_own_row_is_projected_back_after_every_local_step(synthetic_raw, monkeypatch):
+    # projected SGD: each step starts from a unit row (40 samples in batches of 16: three steps)
+    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 16}
+    method, ctx = setup(synthetic_raw)
+    norms_before_projection = []
+    project = UVHead.project_row
+
+    def recorded(head):
+        norms_before_projection.append(head.own_row.detach().norm().item())
+        project(head)
+
+    monkeypatch.setattr(UVHead, "project_row", recorded)
+    workspace, _, _, _ = client_round(method, ctx)
+    assert len(norms_before_projection) == 3
+    assert all(abs(norm - 1) > 1e-6 for norm in norms_before_projection)  # each step left the sphere
+    assert torch.allclose(workspace.parts["uv"].own_row.detach().norm(), torch.tensor(1.0))
+
+
 # ---- the rows' server step on a hand-computed example: 3 clients, rows in 2-d ------------------
 SIZES = (30, 10, 20)
 ROWS = [[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]
