@@ -120,13 +120,18 @@ class Method:
     name: ClassVar[str]
     Params: ClassVar[type[Params]] = Params
     params: ClassVar[dict[str, Any]] = {}
-    has_setup_round: ClassVar[bool] = False
     stateful_clients: ClassVar[bool] = False
     centralizable: ClassVar[bool] = False  # ``training.centralized`` may train it on the union of the data
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls.params = cls.Params.defaults()
+
+    @classmethod
+    def has_setup_round(cls, config: Mapping[str, Any]) -> bool:
+        """Whether the run starts with round 0, a setup round of every client before any training,
+        under the resolved ``method:`` section ``config`` (none here)."""
+        return False
 
     def __init__(self, scenario: Mapping[str, Any], spec: DataSpec):
         self.scenario = scenario

@@ -8,7 +8,7 @@ Algorithm 1, in this engine's rounds and passes (``phases``):
   DP-CalR (Algorithm 2, :mod:`methods.privacy`) on the initial model and uploads it as a per-client
   record of payload kind ``"correlation"``; no training. With round 1 this is Algorithm 1's t = 1:
   round 1's cohort trains against these matrices, taken on the same initial weights. When the
-  schedule starts later (``method.share_from_round`` > 0), round 0 has no pass at all.
+  schedule starts later (``method.share_from_round`` > 0), the run has no round 0.
 - Rounds t >= 1 that share (``method.share_from_round + k * method.share_every``; round 1 only
   if the setup round did not) start with a "share" pass: each sampled client computes ``R~_j``
   from the received global weights and uploads it; the server keeps each client's last matrix and
@@ -144,7 +144,10 @@ class FedSCParams(FedAvgParams):
 
 class FedSC(FedAvg):
     name = "fedsc"
-    has_setup_round = True
+    @classmethod
+    def has_setup_round(cls, config):
+        """Round 0 shares every client's matrix when the schedule starts there (none otherwise)."""
+        return config["share_from_round"] == 0
     centralizable = False  # with one client no matrix of others exists: fedavg with objective spectral
     Params = FedSCParams
 
@@ -197,10 +200,10 @@ class FedSC(FedAvg):
         return self.scheduled(round_index) and not (round_index == 1 and self.scheduled(0))
 
     def phases(self, round_index: int) -> tuple[str, ...]:
-        """Round 0 only shares (nothing, when the schedule starts later); a sharing round shares
+        """Round 0 (played only when the schedule starts there) only shares; a sharing round shares
         before it trains."""
         if round_index == 0:
-            return ("share",) if self.shares_in(0) else ()
+            return ("share",)
         return ("share", "train") if self.shares_in(round_index) else ("train",)
 
     def alpha(self, ctx: RoundContext) -> float:

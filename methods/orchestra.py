@@ -190,7 +190,9 @@ class OrchestraParams(ServerOptimizerParams):
 
 class Orchestra(Method):
     name = "orchestra"
-    has_setup_round = True
+    @classmethod
+    def has_setup_round(cls, config):
+        return True  # Appendix C.2: every client's memory initialises the global centroids
     Params = OrchestraParams
 
     @classmethod
