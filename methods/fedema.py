@@ -14,8 +14,8 @@ long ago that was (with 10 of 100 clients a round, about ten rounds). EasyFL run
 random selection with ``--update_encoder selective_ema --update_predictor selective_ema``: a client
 mixes only when it trained in the previous round and otherwise starts from the global networks, its
 target copied from the global online ones (as at a first participation). ``selective: true``
-restores that rule (default false: the rule of the README's runs, every client every round, where
-the two agree).
+restores that rule (default false: the rule of EasyFL's README runs, which take every client every
+round, where the two rules agree).
 """
 from __future__ import annotations
 
