@@ -487,6 +487,9 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         verdicts.append(verdict)
         interval = "n/a" if d.interval is None else f"[{d.interval[0]:+.2f}, {d.interval[1]:+.2f}]"
         outcome = "no verdict yet" if pending else f"**{verdict}** ({reason})"
+        if d.interval is not None and d.interval[0] == d.interval[1]:
+            outcome += ("; the differences are equal on every seed, so the interval has no width and the "
+                        "outcome rests on their sign alone: more seeds, or a finer metric, would show their spread")
         seeds = f"{len(d.diffs)} seed" + ("s" if len(d.diffs) != 1 else "")
         lines.append(f"- claimed {comparison.claimed()}: {comparison.arm} − {comparison.baseline} = "
                      f"{d.mean:+.2f} {interval} points over {seeds} → {outcome}")

@@ -186,6 +186,20 @@ def test_a_kept_run_whose_scenario_differs_from_the_suites_is_named_with_and_wit
         assert "**Claim reproduced**." in captured.out
 
 
+def test_differences_equal_on_every_seed_are_flagged(tmp_path, synthetic_raw, capsys):
+    # a - b: +2 points on each seed: standard deviation 0, an interval of no width
+    finals = {"a": [0.62, 0.62, 0.62], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    assert main(["claim", str(suite)]) == 0
+    out = capsys.readouterr().out
+    assert "→ **reproduced** (the interval lies above zero); the differences are equal on every seed" in out
+    shutil.rmtree(tmp_path / "runs")  # with a spread, no such line
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
+                       {"a": [0.62, 0.63, 0.64], "b": [0.60] * 3})
+    assert main(["claim", str(suite)]) == 0
+    assert "equal on every seed" not in capsys.readouterr().out
+
+
 def test_equivalence_inside_and_outside_the_margin(tmp_path, synthetic_raw, capsys):
     # a - b: +0.1, -0.2, +0.1: mean 0, standard error 0.1, [-0.43, +0.43] inside ±1
     finals = {"a": [0.601, 0.598, 0.601], "b": [0.60, 0.60, 0.60]}
