@@ -36,8 +36,7 @@ from simulator.context import derive_seed
 
 @dataclass(frozen=True)
 class RoundPlan:
-    sampled: tuple[int, ...]     # the cohort the server picked among the online clients
-    available: tuple[int, ...]   # the sampled clients, who receive the round (all online)
+    sampled: tuple[int, ...]     # the cohort the server picked among the online clients; all receive the round
     dropped: tuple[int, ...]
     late: tuple[int, ...]
     completed: tuple[int, ...]   # the cohort whose updates count (sorted ids)
@@ -46,7 +45,9 @@ class RoundPlan:
 
     def counts(self) -> dict[str, float]:
         return {"clients/online": float(self.online),
-                "clients/sampled": float(len(self.sampled)), "clients/available": float(len(self.available)),
+                "clients/sampled": float(len(self.sampled)),
+                # the sampled clients, all online: the name kept from when offline ones could be sampled
+                "clients/available": float(len(self.sampled)),
                 "clients/dropped": float(len(self.dropped)), "clients/late": float(len(self.late)),
                 "clients/reporting": float(len(self.completed)),
                 "time/simulated_round_seconds": self.simulated_seconds}
@@ -95,7 +96,7 @@ class Population:
         n, cfg = len(self.sizes), self.config
         if round_index == 0:
             everyone = tuple(range(n))
-            return RoundPlan(everyone, everyone, (), (), everyone, 0.0, n)
+            return RoundPlan(everyone, (), (), everyone, 0.0, n)
         online = self.online_clients(round_index)
         rng = np.random.default_rng(derive_seed(self.seed, round_index, "cohort"))
         wanted = cfg["clients_per_round"]
@@ -113,8 +114,8 @@ class Population:
         else:
             closes = float(seconds[first].max()) if len(first) else 0.0
         as_ids = lambda idx: tuple(int(c) for c in np.sort(sampled[idx]))
-        cohort = tuple(int(c) for c in sampled)
-        return RoundPlan(cohort, cohort, as_ids(~stays), as_ids(stays & ~on_time), as_ids(first), closes, len(online))
+        return RoundPlan(tuple(int(c) for c in sampled), as_ids(~stays), as_ids(stays & ~on_time), as_ids(first),
+                         closes, len(online))
 
     def online_clients(self, round_index: int) -> np.ndarray:
         """The ids online in round ``round_index`` (sorted): the trace's, or each client with its

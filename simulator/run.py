@@ -289,7 +289,7 @@ class RunLoop:
         plan = population.plan(r)
         began = time.time()
         metrics = federation.run_round(RoundContext(r, rounds, plan.completed, scenario["seed"], self.hparams,
-                                                    unreported=tuple(sorted(set(plan.available) - set(plan.completed)))))
+                                                    unreported=tuple(sorted(set(plan.sampled) - set(plan.completed)))))
         self.last_round = r
         metrics.update({"time/round_seconds": time.time() - began, **plan.counts(),
                         "memory/driver_rss_mb": memory_mb()["rss_mb"]})

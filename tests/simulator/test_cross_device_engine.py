@@ -47,12 +47,12 @@ def cross_device(raw):
 
 def check_plan(plan, speed, wanted):
     """The plan against first principles: who reports, who is late, and which reporters are kept."""
-    sampled, available = set(plan.sampled), set(plan.available)
+    sampled = set(plan.sampled)  # sampled among the online clients: all received the round
     dropped, late, kept = set(plan.dropped), set(plan.late), set(plan.completed)
-    assert available == sampled and dropped <= available and late <= available and not dropped & late
+    assert dropped <= sampled and late <= sampled and not dropped & late
     # the deadline separates the tiers: exactly the slow clients that did not drop out are late
-    assert late == {c for c in available - dropped if speed[c] == SLOW}
-    reporting = available - dropped - late
+    assert late == {c for c in sampled - dropped if speed[c] == SLOW}
+    reporting = sampled - dropped - late
     assert kept <= reporting and len(kept) == min(wanted, len(reporting))
     # over-selection keeps the first to report: no client left out is of a faster tier than one kept
     left_out = reporting - kept
@@ -104,7 +104,7 @@ def test_the_engine_simulates_and_aggregates_exactly_the_reporting_clients(ray_s
         assert logged[(r, "train/samples")] == sum(sizes[c] for c in plan.completed), r
         # the downlink: every client that was online received the weights (those that then dropped
         # out, were late or were cut by over-selection too); the uplink: the reporting ones
-        assert logged[(r, "bytes_down/weights")] == len(plan.available) * weight_bytes, r
+        assert logged[(r, "bytes_down/weights")] == len(plan.sampled) * weight_bytes, r
         assert logged[(r, "bytes_up/weights")] == len(plan.completed) * weight_bytes, r
 
     # replay the rounds in-process (one thread, as a one-CPU worker runs) with exactly the plan's
@@ -164,9 +164,9 @@ def test_a_round_in_which_every_online_client_drops_out_counts_its_broadcast(ray
               for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()}
     for r in (1, 2):
         plan = population.plan(r)
-        assert plan.available and not plan.completed, r
+        assert plan.sampled and not plan.completed, r
         assert logged[(r, "clients/completed")] == 0 and (r, "bytes_up/weights") not in logged, r
-        assert logged[(r, "bytes_down/weights")] == len(plan.available) * weight_bytes, r
+        assert logged[(r, "bytes_down/weights")] == len(plan.sampled) * weight_bytes, r
     final = torch.load(run_dir / "checkpoints" / "round_00002" / "state.pt", weights_only=False)["state"]["weights"]
     assert all(torch.equal(final[name], value) for name, value in initial.items())
 
@@ -192,7 +192,7 @@ def test_clients_that_do_not_report_are_counted_with_their_own_downlink(ray_sess
     has_rad, unreported_first_timers = set(), 0
     for r in range(1, 4):
         plan = population.plan(r)
-        receivers = [c for c in plan.available if c not in has_rad]
+        receivers = [c for c in plan.sampled if c not in has_rad]
         unreported_first_timers += sum(c not in plan.completed for c in receivers)
         assert logged.get((r, "bytes_down/rad"), 0) == len(receivers) * rad_bytes, r
         has_rad |= set(plan.completed)

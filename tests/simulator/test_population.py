@@ -18,7 +18,7 @@ def totals(pop, rounds=300):
 
 def test_default_population_everyone_online_and_reporting():
     plan = population().plan(3)
-    assert len(plan.sampled) == 20 and plan.sampled == plan.available == plan.completed
+    assert len(plan.sampled) == 20 and plan.sampled == plan.completed
     assert plan.dropped == plan.late == ()
     assert population().plan(0).completed == tuple(range(200))  # setup round
 
