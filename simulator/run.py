@@ -52,9 +52,21 @@ class RunStopped(Exception):
         self.signal_name, self.run_dir, self.last_round, self.rounds = signal_name, run_dir, last_round, rounds
         reached = ("before its first round" if last_round is None
                    else f"after round {last_round} of {rounds}")
-        resume = (f"; resume it with: fedssl run --resume {run_dir}" if run_dir is not None and run_dir.exists()
-                  else "; nothing was written")
-        super().__init__(f"stopped by {signal_name} {reached}{resume}")
+        super().__init__(f"stopped by {signal_name} {reached}; {self.resume_hint()}")
+
+    def resume_hint(self) -> str:
+        """How to continue, and from which round: a resume goes on from the newest checkpoint, so
+        the rounds played since (all of them where none was written yet) are played again."""
+        if self.run_dir is None or not self.run_dir.exists():
+            return "nothing was written"
+        command = f"resume it with: fedssl run --resume {self.run_dir}"
+        checkpoint = latest_checkpoint(self.run_dir)
+        if checkpoint is None:
+            return f"it has no checkpoint yet (output.checkpoint_every), so a resume starts it over; {command}"
+        saved = int(checkpoint.name.removeprefix("round_"))
+        if self.last_round is not None and saved < self.last_round:
+            return f"its last checkpoint is of round {saved}, the rounds since are played again; {command}"
+        return command
 
 
 class stop_signals:

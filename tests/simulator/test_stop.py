@@ -123,6 +123,25 @@ def test_sigterm_stops_a_run_with_one_line(slow_raw, tmp_path, executor):
     assert (tmp_path / "stopped" / "checkpoints").is_dir()
 
 
+@pytest.mark.parametrize("rounds, checkpoint_every, trigger, says", [
+    (3, 1000, "round 1/", "it has no checkpoint yet (output.checkpoint_every), so a resume starts it over; "),
+    (4, 2, "round 3/", "its last checkpoint is of round 2, the rounds since are played again; "),
+])
+def test_the_stop_line_says_from_which_round_a_resume_goes_on(slow_raw, tmp_path, rounds, checkpoint_every,
+                                                              trigger, says):
+    """A resume restarts from the newest checkpoint: the line says so where that is not the round reached."""
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(yaml.safe_dump({**slow_raw, "executor": "in_process",
+                                        "training": {**slow_raw["training"], "rounds": rounds},
+                                        "output": {"checkpoint_every": checkpoint_every}}))
+    stopped, _ = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGTERM, trigger=trigger)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    reached = int(trigger.split()[1].rstrip("/"))
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"fedssl: stopped by SIGTERM after round {reached} of {rounds}; {says}"
+        f"resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
+
+
 def test_sigterm_stops_a_claim_and_leaves_no_process_behind(slow_raw, tmp_path):
     """``fedssl claim`` runs many runs in one process: a signal ends it as it ends ``fedssl run``
     (one line, exit 128 + signal, Ray's processes gone), not by the default action that left Ray's
