@@ -14,6 +14,12 @@ Three measurements, each printed as a table and written to ``--out`` (JSON):
    ``vmap`` of the gradient) against the per-client loop, on pre-augmented batches (compute only);
    both run the same steps, and the largest difference of their final weights is reported.
 
+4. ``repeat``: one scenario run twice in the same process, every logged value compared (time and
+   memory aside). On the CPU the two runs are bitwise equal; on an H200 they were not (results/gpu.md).
+   ``--deterministic`` turns on torch's determinism switches first (deterministic algorithms, warn
+   only; cuDNN deterministic, no autotuning; cuBLAS's fixed workspace), to check whether they make
+   a CUDA run repeat and what they cost: ``--repeat-only --deterministic`` runs this part alone.
+
 Run: ``python -m analysis.gpu_benchmark --out gpu.json`` (``--smoke`` shrinks every size, for a CPU
 check that the script runs).
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -184,16 +191,57 @@ def several_clients_rates(device: torch.device, clients: int, batch: int, steps:
     return {"clients": clients, "batch": batch, **rates, "max_weight_difference": difference}
 
 
+def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[str, Any]:
+    """Run ``path`` twice in this process; how many logged values differ, where first, by how much."""
+    import pyarrow.parquet as pq
+    from simulator.run import run_scenario
+    logged, rates = [], []
+    with tempfile.TemporaryDirectory() as out:
+        for attempt in range(2):
+            run_dir, summary = run_scenario(load_scenario(path, overrides), str(Path(out) / f"run{attempt}"),
+                                            progress=False)
+            logged.append({(row["round"], row["name"]): row["value"]
+                           for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
+                           if not row["name"].startswith(("time/", "memory/"))})
+            rates.append(summary["steady_samples_per_second"])
+    first, second = logged
+    differing = sorted(key for key in first if first[key] != second.get(key))
+    return {"scenario": path, "values": len(first), "values_differing": len(differing),
+            "first_differing": list(differing[0]) if differing else None,
+            "max_abs_difference": max((abs(first[k] - second[k]) for k in differing if k in second), default=0.0),
+            "images_per_second": rates, "deterministic_switches": torch.are_deterministic_algorithms_enabled()}
+
+
+def determinism_switches_on() -> None:
+    """torch's determinism switches; the cuBLAS variable must be set before cuBLAS starts."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_benchmark.json")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check on a CPU that it runs")
     parser.add_argument("--skip-methods", action="store_true")
+    parser.add_argument("--repeat-only", action="store_true", help="only the repeat check")
+    parser.add_argument("--deterministic", action="store_true", help="torch's determinism switches on first")
     args = parser.parse_args(argv)
+    if args.deterministic:
+        determinism_switches_on()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     steps = 3 if args.smoke else 30
     report: dict[str, Any] = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                               "torch": torch.__version__}
+    # the quickstart's shape with a ResNet-18 on CIFAR-10-shaped data, 3 rounds
+    repeated = [*common_overrides(device, args.smoke), "dataset.name=synthetic_cifar10", "model.encoder=resnet18",
+                *(["dataset.train_subset=200"] if args.smoke else [])]
+    report["repeat"] = repeat_check("scenarios/quickstart.yaml", repeated, device)
+    print(report["repeat"], flush=True)
+    if args.repeat_only:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+        return
     quickstart = [*common_overrides(device, args.smoke), "dataset.name=synthetic", "training.batch_size=64"]
     report["plain"] = [
         {"work": f"simclr resnet18, synthetic_cifar10, batch {16 if args.smoke else 128}, plain loop",

@@ -1,7 +1,7 @@
 """The GPU benchmark's pieces on the CPU, at tiny sizes (the figures themselves: results/gpu.md)."""
 import torch
 
-from analysis.gpu_benchmark import plain_simclr_rate, several_clients_rates
+from analysis.gpu_benchmark import plain_simclr_rate, repeat_check, several_clients_rates
 
 
 def test_vmap_of_several_clients_does_the_loops_work():
@@ -12,3 +12,31 @@ def test_vmap_of_several_clients_does_the_loops_work():
 
 def test_the_plain_loop_runs_and_gives_a_rate():
     assert plain_simclr_rate(torch.device("cpu"), "synthetic", "small_cnn", batch=16, steps=2) > 0
+
+
+TINY = ["executor=in_process", "eval.enabled=false", "dataset.name=synthetic", "dataset.train_subset=200",
+        "training.rounds=2", "training.batch_size=16", "population.num_clients=4", "population.clients_per_round=2",
+        "ray.num_workers=1", "output.checkpoint_every=1000"]
+
+
+def test_the_repeat_check_finds_two_cpu_runs_equal():
+    result = repeat_check("scenarios/quickstart.yaml", TINY, torch.device("cpu"))
+    assert result["values"] > 0 and result["values_differing"] == 0, result
+    assert result["first_differing"] is None and result["max_abs_difference"] == 0.0
+
+
+def test_the_repeat_check_sees_a_run_that_does_not_repeat(monkeypatch):
+    """Its second run at another learning rate stands in for a device whose runs do not repeat."""
+    from simulator import run
+    calls, real = [], run.run_scenario
+
+    def second_differs(scenario, out, progress=True):
+        calls.append(out)
+        if len(calls) == 2:
+            scenario = {**scenario, "training": {**scenario["training"], "lr": scenario["training"]["lr"] * 0.5}}
+        return real(scenario, out, progress=progress)
+
+    monkeypatch.setattr(run, "run_scenario", second_differs)
+    result = repeat_check("scenarios/quickstart.yaml", TINY, torch.device("cpu"))
+    assert len(calls) == 2 and result["values_differing"] > 0, result
+    assert result["first_differing"][0] == 1 and result["max_abs_difference"] > 0
