@@ -1,6 +1,6 @@
 """Client steps on a GPU, without Ray and without data files (issues 15 and 17).
 
-Three measurements, each printed as a table and written to ``--out`` (JSON):
+Four measurements, each printed and written to ``--out`` (JSON):
 
 1. ``methods``: every method's federation, in-process (``executor: in_process``, one worker with the
    GPU), on ``synthetic_cifar10`` (CIFAR-10's shape) with a ResNet-18, 10 iid clients of 500 images,
