@@ -5,7 +5,9 @@ Four measurements, each printed and written to ``--out`` (JSON):
 1. ``methods``: every method's federation, in-process (``executor: in_process``, one worker with the
    GPU), on ``synthetic_cifar10`` (CIFAR-10's shape) with a ResNet-18, 10 iid clients of 500 images,
    4 a round, batch 128, one local epoch. Images/s are the run summary's steady rate (rounds after
-   the first: client steps, broadcast and server step), beside the peak GPU memory.
+   the first: client steps, broadcast and server step), beside the peak GPU memory. Each method runs
+   twice, as shipped (``ray.cuda_deterministic`` on): whether the two runs' logged values agree
+   bitwise, and which ops torch warned have no deterministic CUDA kernel.
 2. ``plain``: the same work without the federation: one network trained by SimCLR (the same
    encoder, projector, batched augmentation and NT-Xent) in a plain torch loop on the same device;
    once with a ResNet-18 on CIFAR-10-shaped data, once with the quickstart's small CNN on
@@ -13,12 +15,12 @@ Four measurements, each printed and written to ``--out`` (JSON):
 3. ``several_clients``: K clients' SimCLR steps at once with ``torch.func`` (stacked parameters, a
    ``vmap`` of the gradient) against the per-client loop, on pre-augmented batches (compute only);
    both run the same steps, and the largest difference of their final weights is reported.
+4. ``repeat``: the quickstart's shape with a ResNet-18 run twice with ``ray.cuda_deterministic``
+   off, then twice with it on: whether each pair repeats, and the switches' cost in images/s. On
+   the CPU every pair is bitwise equal; on an H200 runs without the switches were not
+   (results/gpu.md).
 
-4. ``repeat``: one scenario run twice in the same process, every logged value compared (time and
-   memory aside). On the CPU the two runs are bitwise equal; on an H200 they were not (results/gpu.md).
-   ``--deterministic`` turns on torch's determinism switches first (deterministic algorithms, warn
-   only; cuDNN deterministic, no autotuning; cuBLAS's fixed workspace), to check whether they make
-   a CUDA run repeat and what they cost: ``--repeat-only --deterministic`` runs this part alone.
+``--parts`` picks among them (default: all, ``repeat`` first).
 
 Run: ``python -m analysis.gpu_benchmark --out gpu.json`` (``--smoke`` shrinks every size, for a CPU
 check that the script runs).
@@ -28,9 +30,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from methods.losses.nt_xent import nt_xent
 from simulator.augment import AugmentConfig, BatchAugment, to_float
 from simulator.data.datasets import load_dataset
 from simulator.models import build_encoder, mlp
+from simulator.resources import cuda_determinism
 from simulator.scenario import load_scenario
 
 # (label, shipped scenario, its own overrides); ResNet-18 on synthetic_cifar10 is set for all below
@@ -90,6 +93,37 @@ def federation_rate(path: str, overrides: list[str], device: torch.device) -> di
     return result
 
 
+def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[str, Any]:
+    """Run ``path`` twice in this process: the first run's images/s and peak memory, how many logged
+    values of the second differ (time and memory aside), the first that does and by how much at
+    most, and the distinct warnings of ops without a deterministic CUDA kernel."""
+    import pyarrow.parquet as pq
+    from simulator.run import run_scenario
+    logged, rates = [], []
+    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        for attempt in range(2):
+            run_dir, summary = run_scenario(load_scenario(path, overrides), str(Path(out) / f"run{attempt}"),
+                                            progress=False)
+            logged.append({(row["round"], row["name"]): row["value"]
+                           for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
+                           if not row["name"].startswith(("time/", "memory/"))})
+            rates.append(summary["steady_samples_per_second"])
+    first, second = logged
+    differing = sorted(key for key in first if first[key] != second.get(key))
+    result = {"scenario": path, "images_per_second": rates[0], "values": len(first),
+              "values_differing": len(differing), "first_differing": list(differing[0]) if differing else None,
+              "max_abs_difference": max((abs(first[k] - second[k]) for k in differing if k in second), default=0.0),
+              "second_images_per_second": rates[1], "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+              "nondeterministic_ops": sorted({str(w.message).split(" does not have a deterministic")[0]
+                                              for w in caught if "deterministic" in str(w.message)})}
+    if device.type == "cuda":
+        result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return result
+
+
 def method_rates(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
     rows = []
     for label, path, own in METHOD_RUNS:
@@ -99,7 +133,7 @@ def method_rates(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
         if smoke:
             overrides.append("dataset.train_subset=200")
         try:
-            rows.append({"method": label, "scenario": path, **federation_rate(path, overrides, device)})
+            rows.append({"method": label, **repeat_check(path, overrides, device)})
         except Exception as error:  # one broken method must not hide the others' figures
             rows.append({"method": label, "scenario": path, "error": f"{type(error).__name__}: {error}"})
         print(rows[-1], flush=True)
@@ -191,73 +225,54 @@ def several_clients_rates(device: torch.device, clients: int, batch: int, steps:
     return {"clients": clients, "batch": batch, **rates, "max_weight_difference": difference}
 
 
-def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[str, Any]:
-    """Run ``path`` twice in this process; how many logged values differ, where first, by how much."""
-    import pyarrow.parquet as pq
-    from simulator.run import run_scenario
-    logged, rates = [], []
-    with tempfile.TemporaryDirectory() as out:
-        for attempt in range(2):
-            run_dir, summary = run_scenario(load_scenario(path, overrides), str(Path(out) / f"run{attempt}"),
-                                            progress=False)
-            logged.append({(row["round"], row["name"]): row["value"]
-                           for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
-                           if not row["name"].startswith(("time/", "memory/"))})
-            rates.append(summary["steady_samples_per_second"])
-    first, second = logged
-    differing = sorted(key for key in first if first[key] != second.get(key))
-    return {"scenario": path, "values": len(first), "values_differing": len(differing),
-            "first_differing": list(differing[0]) if differing else None,
-            "max_abs_difference": max((abs(first[k] - second[k]) for k in differing if k in second), default=0.0),
-            "images_per_second": rates, "deterministic_switches": torch.are_deterministic_algorithms_enabled()}
+def torch_defaults(device: torch.device) -> None:
+    if device.type == "cuda":
+        cuda_determinism(False)
 
 
-def determinism_switches_on() -> None:
-    """torch's determinism switches; the cuBLAS variable must be set before cuBLAS starts."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
+PARTS = ("repeat", "plain", "several_clients", "methods")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_benchmark.json")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check on a CPU that it runs")
-    parser.add_argument("--skip-methods", action="store_true")
-    parser.add_argument("--repeat-only", action="store_true", help="only the repeat check")
-    parser.add_argument("--deterministic", action="store_true", help="torch's determinism switches on first")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which measurements")
     args = parser.parse_args(argv)
-    if args.deterministic:
-        determinism_switches_on()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     steps = 3 if args.smoke else 30
     report: dict[str, Any] = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                               "torch": torch.__version__}
-    # the quickstart's shape with a ResNet-18 on CIFAR-10-shaped data, 3 rounds
-    repeated = [*common_overrides(device, args.smoke), "dataset.name=synthetic_cifar10", "model.encoder=resnet18",
-                *(["dataset.train_subset=200"] if args.smoke else [])]
-    report["repeat"] = repeat_check("scenarios/quickstart.yaml", repeated, device)
-    print(report["repeat"], flush=True)
-    if args.repeat_only:
+
+    def measured(part: str, value: Any) -> None:
+        report[part] = value
+        print({part: value}, flush=True)
         Path(args.out).write_text(json.dumps(report, indent=1))
-        return
-    quickstart = [*common_overrides(device, args.smoke), "dataset.name=synthetic", "training.batch_size=64"]
-    report["plain"] = [
-        {"work": f"simclr resnet18, synthetic_cifar10, batch {16 if args.smoke else 128}, plain loop",
-         "images_per_second": plain_simclr_rate(device, "synthetic_cifar10", "resnet18", 16 if args.smoke else 128, steps)},
-        {"work": "simclr small_cnn, synthetic (28x28x1), batch 64, plain loop",
-         "images_per_second": plain_simclr_rate(device, "synthetic", "small_cnn", 64, steps)},
-        {"work": "quickstart (fedavg simclr small_cnn) on synthetic, in-process federation, batch 64",
-         **federation_rate("scenarios/quickstart.yaml", quickstart, device)},
-    ]
-    print(report["plain"], flush=True)
-    report["several_clients"] = [several_clients_rates(device, k, 64, steps) for k in ((2,) if args.smoke else (4, 10, 32))]
-    print(report["several_clients"], flush=True)
-    if not args.skip_methods:
-        report["methods"] = method_rates(device, args.smoke)
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+
+    if "repeat" in args.parts:
+        # the quickstart's shape with a ResNet-18 on CIFAR-10-shaped data, 3 rounds, switches off and on
+        repeated = [*common_overrides(device, args.smoke), "dataset.name=synthetic_cifar10", "model.encoder=resnet18",
+                    *(["dataset.train_subset=200"] if args.smoke else [])]
+        measured("repeat", [repeat_check("scenarios/quickstart.yaml", [*repeated, f"ray.cuda_deterministic={on}"], device)
+                            for on in ("false", "true")])
+    # the plain loops are what a researcher would write, under torch's defaults (a run of the
+    # federation turns the switches on, as its scenario says, and leaves them so)
+    torch_defaults(device)
+    if "plain" in args.parts:
+        quickstart = [*common_overrides(device, args.smoke), "dataset.name=synthetic", "training.batch_size=64"]
+        measured("plain", [
+            {"work": f"simclr resnet18, synthetic_cifar10, batch {16 if args.smoke else 128}, plain loop",
+             "images_per_second": plain_simclr_rate(device, "synthetic_cifar10", "resnet18", 16 if args.smoke else 128, steps)},
+            {"work": "simclr small_cnn, synthetic (28x28x1), batch 64, plain loop",
+             "images_per_second": plain_simclr_rate(device, "synthetic", "small_cnn", 64, steps)},
+            {"work": "quickstart (fedavg simclr small_cnn) on synthetic, in-process federation, batch 64",
+             **federation_rate("scenarios/quickstart.yaml", quickstart, device)},
+        ])
+        torch_defaults(device)
+    if "several_clients" in args.parts:
+        measured("several_clients", [several_clients_rates(device, k, 64, steps) for k in ((2,) if args.smoke else (4, 10, 32))])
+    if "methods" in args.parts:
+        measured("methods", method_rates(device, args.smoke))
 
 
 if __name__ == "__main__":

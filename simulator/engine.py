@@ -30,8 +30,8 @@ from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
 from simulator.federation import (RunFailure, Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost,
-                                  bytes_down_metrics, route_cohort, run_passes, simulate_clients, worker_device,
-                                  worker_pools)
+                                  bytes_down_metrics, prepare_worker_device, route_cohort, run_passes, simulate_clients,
+                                  worker_device, worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
 
@@ -113,7 +113,7 @@ class Worker:
             # another node: partitions are deterministic in the seed, so build the same files here
             partition_dir = str(prepare_partition(self.scenario))
         self.method = build_method(self.scenario, spec)
-        self.workspace = self.method.make_workspace(worker_device(self.pool["num_gpus"]))
+        self.workspace = self.method.make_workspace(prepare_worker_device(self.pool["num_gpus"], self.scenario))
         self.reader = PartitionReader(partition_dir)
         self.store = store
 

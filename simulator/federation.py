@@ -14,6 +14,7 @@ import torch
 
 from methods.base import ClientData, Method, payload_nbytes
 from simulator.context import RoundContext
+from simulator.resources import cuda_determinism
 from simulator.stats import Stats, sum_stats
 
 
@@ -49,6 +50,15 @@ class WorkersLost(RunFailure):
 
 def worker_device(num_gpus: float) -> torch.device:
     return torch.device("cuda" if num_gpus > 0 and torch.cuda.is_available() else "cpu")
+
+
+def prepare_worker_device(num_gpus: float, scenario: dict) -> torch.device:
+    """:func:`worker_device`, with the scenario's ``ray.cuda_deterministic`` applied to this process
+    when it is a GPU (:func:`simulator.resources.cuda_determinism`; a CPU's runs repeat as they are)."""
+    device = worker_device(num_gpus)
+    if device.type == "cuda":
+        cuda_determinism(scenario["ray"]["cuda_deterministic"])
+    return device
 
 
 def worker_pools(scenario: dict) -> dict[str, dict]:

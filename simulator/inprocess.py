@@ -20,8 +20,8 @@ from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data
-from simulator.federation import (Server, WorkerFailure, bytes_down_metrics, route_cohort, run_passes, simulate_clients,
-                                  worker_device, worker_pools)
+from simulator.federation import (Server, WorkerFailure, bytes_down_metrics, prepare_worker_device, route_cohort,
+                                  run_passes, simulate_clients, worker_device, worker_pools)
 from simulator.resources import memory_mb, process_numerics, threads
 
 
@@ -41,7 +41,7 @@ class InProcessFederation:
         self.spec = self.method_spec = spec
         self.method = build_method(self.scenario, spec)
         self.server = Server(build_method(self.scenario, spec))
-        self.workspaces = {name: self.method.make_workspace(worker_device(pool["num_gpus"]))
+        self.workspaces = {name: self.method.make_workspace(prepare_worker_device(pool["num_gpus"], self.scenario))
                            for name, pool in self.pools.items()}
         self.reader = PartitionReader(partition_dir)
         if client_state_dir is not None:

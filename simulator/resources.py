@@ -82,12 +82,28 @@ def process_cpu_numerics() -> str:
 
 def process_numerics(device: torch.device | str = "cpu") -> str:
     """What decides this process's floating-point results besides the code and the seed: torch's
-    version, its CPU kernels (:func:`process_cpu_numerics`) and, on a GPU, the GPU's name. Runs of
-    the same scenario and seed agree bitwise only where this agrees."""
+    version, its CPU kernels (:func:`process_cpu_numerics`) and, on a GPU, the GPU's name and
+    whether torch's deterministic algorithms are on (:func:`cuda_determinism`). Runs of the same
+    scenario and seed agree bitwise only where this agrees (on a GPU, only with them on)."""
     described = f"torch {torch.__version__}, CPU {process_cpu_numerics()}"
     if torch.device(device).type == "cuda":
-        described += f", GPU {torch.cuda.get_device_name(torch.device(device))}"
+        switches = "on" if torch.are_deterministic_algorithms_enabled() else "off"
+        described += f", GPU {torch.cuda.get_device_name(torch.device(device))} (deterministic algorithms {switches})"
     return described
+
+
+def cuda_determinism(on: bool) -> None:
+    """torch's determinism switches for this process's CUDA work (``ray.cuda_deterministic``).
+
+    On: deterministic algorithms (``warn_only``: an op without a deterministic CUDA kernel warns
+    and runs as it is, rather than failing the run), cuDNN's deterministic convolutions, no cuDNN
+    autotuning. Off: torch's defaults, faster, and a run does not repeat bitwise (results/gpu.md).
+    cuBLAS's fixed workspace, which its determinism needs, is set either way: cuBLAS reads it once,
+    when the process first uses it, so it cannot wait for the switch."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = False
 
 
 def process_start_time() -> float | None:

@@ -46,7 +46,10 @@ DEFAULTS: dict[str, Any] = {
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0},
             "worker_pools": [], "server": "driver",
             "driver_simulates": True, "evaluator": "driver", "while_starting": "driver",
-            "share_timeout_seconds": None},
+            "share_timeout_seconds": None,
+            # torch's determinism switches on GPU workers (simulator.resources.cuda_determinism):
+            # without them a CUDA run does not repeat bitwise; false trades that for speed
+            "cuda_deterministic": True},
     "output": {"dir": "runs", "checkpoint_every": 10},
 }
 

@@ -54,3 +54,38 @@ def test_a_process_with_torchs_kernels_capped_alone_names_onednns_own():
     assert numerics_with(ATEN_CPU_CAPABILITY="default", DNNL_MAX_CPU_ISA="SSE41") == \
         f"torch {torch.__version__}, CPU DEFAULT, oneDNN SSE41"
     assert numerics_with() == f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"
+
+
+def test_a_gpu_worker_turns_torchs_determinism_switches_on_as_its_scenario_says(monkeypatch):
+    """``ray.cuda_deterministic`` reaches torch where a worker's device is a GPU (faked here: the
+    switches are process-wide and set before any CUDA work), and nothing changes on a CPU worker."""
+    from simulator.federation import prepare_worker_device
+    from simulator.resources import cuda_determinism, process_numerics
+    from simulator.scenario import load_scenario
+    scenario = load_scenario("scenarios/quickstart.yaml")
+    assert scenario["ray"]["cuda_deterministic"] is True
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # restored after the test
+    try:
+        assert prepare_worker_device(0, scenario).type == "cpu"
+        assert not torch.are_deterministic_algorithms_enabled()
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+        assert prepare_worker_device(0.25, scenario).type == "cuda"
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert process_numerics("cuda").endswith(", GPU Fake GPU (deterministic algorithms on)")
+        prepare_worker_device(1, {**scenario, "ray": {**scenario["ray"], "cuda_deterministic": False}})
+        assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
+        assert process_numerics("cuda").endswith("(deterministic algorithms off)")
+    finally:
+        cuda_determinism(False)
+
+
+def test_the_cublas_workspace_is_fixed_unless_the_user_set_one(monkeypatch):
+    from simulator.resources import cuda_determinism
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    cuda_determinism(False)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    cuda_determinism(False)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"

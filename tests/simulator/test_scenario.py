@@ -32,6 +32,7 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"ray": {"worker": {"num_gpus": 1.5}}}, "ray.worker.num_gpus", "whole number of GPUs"),
     ({"ray": {"share_timeout_seconds": 0}}, "ray.share_timeout_seconds", "expected a positive number, got 0"),
     ({"ray": {"share_timeout_seconds": "1m"}}, "ray.share_timeout_seconds", "expected a number, got '1m'"),
+    ({"ray": {"cuda_deterministic": "yes"}}, "ray.cuda_deterministic", "expected true or false, got 'yes'"),
     ({"method": {"name": "fedprox"}}, "method.name", "expected one of fedavg"),
     ({"method": {"objective": "moco"}}, "method.objective", "expected one of simclr"),
     ({"method": {"queue_size": 10}}, "method.queue_size", "unknown key"),
