@@ -124,10 +124,10 @@ def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[
     return result
 
 
-def method_rates(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
+def method_rates(device: torch.device, smoke: bool, switches: list[str]) -> list[dict[str, Any]]:
     rows = []
     for label, path, own in METHOD_RUNS:
-        overrides = [*common_overrides(device, smoke), "dataset.name=synthetic_cifar10", *own]
+        overrides = [*common_overrides(device, smoke), "dataset.name=synthetic_cifar10", *own, *switches]
         if "hetero" not in path:
             overrides.append("model.encoder=resnet18")
         if smoke:
@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="gpu_benchmark.json")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check on a CPU that it runs")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which measurements")
+    parser.add_argument("--cuda-deterministic", choices=("true", "false"),
+                        help="the methods part with ray.cuda_deterministic set so (default: as each scenario ships)")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     steps = 3 if args.smoke else 30
@@ -272,7 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     if "several_clients" in args.parts:
         measured("several_clients", [several_clients_rates(device, k, 64, steps) for k in ((2,) if args.smoke else (4, 10, 32))])
     if "methods" in args.parts:
-        measured("methods", method_rates(device, args.smoke))
+        switches = [f"ray.cuda_deterministic={args.cuda_deterministic}"] if args.cuda_deterministic else []
+        measured("methods", method_rates(device, args.smoke, switches))
 
 
 if __name__ == "__main__":
