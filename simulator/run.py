@@ -1,6 +1,7 @@
 """The driver of one run: data, Ray start-up (overlapped), the rounds, evaluation, the run files."""
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import signal
@@ -70,13 +71,21 @@ class RunStopped(Exception):
 
 
 class stop_signals:
-    """Within the block, SIGINT and SIGTERM raise :class:`Stopped` in the main thread (restored after)."""
+    """Within the block, SIGINT and SIGTERM raise :class:`Stopped` in the main thread (restored after).
+
+    While a run plays its rounds (:meth:`at_round_ends`) the first signal is only noted: the round
+    under way ends, a checkpoint of it is written, and then :class:`Stopped` is raised, so that a
+    resume goes on from there (a cluster's preemption, a Ctrl-C). A second signal stops at once.
+    A request noted after a run's last round stops the command before its next run (claims, sweeps).
+    """
 
     SIGNALS = ("SIGINT", "SIGTERM")
     received: str | None = None  # the last signal received: Ray may re-raise a bare KeyboardInterrupt
+    requested: str | None = None  # a signal noted while rounds were played, not yet acted on
+    at_round_end = False  # whether the first signal waits for the end of the round under way
 
     def __enter__(self):
-        stop_signals.received = None
+        stop_signals.received = stop_signals.requested = None
         self.saved = {}
         for name in self.SIGNALS:
             number = getattr(signal, name)
@@ -86,7 +95,28 @@ class stop_signals:
     @staticmethod
     def raise_stopped(number, frame):
         stop_signals.received = signal.Signals(number).name
+        if stop_signals.at_round_end and stop_signals.requested is None:
+            stop_signals.requested = stop_signals.received
+            # os.write, not print: the handler may run inside a write of the progress display
+            os.write(2, f"\nfedssl: {stop_signals.received}: stopping at the end of this round, once its "
+                        f"checkpoint is written (send it again to stop now)\n".encode())
+            return
         raise Stopped(stop_signals.received)
+
+    @staticmethod
+    def raise_if_requested() -> None:
+        """:class:`Stopped` for a signal noted and not yet acted on."""
+        if stop_signals.requested is not None:
+            raise Stopped(stop_signals.requested)
+
+    class at_round_ends:
+        """The block of a run's rounds: a first signal is noted (see :class:`stop_signals`)."""
+
+        def __enter__(self):
+            stop_signals.at_round_end = True
+
+        def __exit__(self, *exc):
+            stop_signals.at_round_end = False
 
     @staticmethod
     def name_of(err: KeyboardInterrupt) -> str:
@@ -94,6 +124,7 @@ class stop_signals:
         return getattr(err, "signal_name", None) or stop_signals.received or "SIGINT"
 
     def __exit__(self, *exc):
+        stop_signals.requested = None
         for number, handler in self.saved.items():
             signal.signal(number, handler)
 
@@ -143,6 +174,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
     """Run a resolved scenario (or continue the run in ``resume_dir`` from its newest checkpoint);
     returns the run directory and its summary. A Ray connection the run made stays
     (:class:`ray_connection_of_the_command` ends it)."""
+    stop_signals.raise_if_requested()  # a signal noted after the last round of the command's previous run
     start = time.time()
     prepared: dict[str, Any] = {}
 
@@ -356,6 +388,14 @@ class RunLoop:
 
     MAX_SERVER_RESTARTS = 3
 
+    def stop_after(self, r: int) -> None:
+        """A signal came during round ``r``: checkpoint it (unless that was due anyway), then stop."""
+        newest = latest_checkpoint(self.run_dir)
+        if newest is None or newest.name != f"round_{r:05d}":
+            self.checkpoint(r)
+        self.log.flush()
+        stop_signals.raise_if_requested()
+
     def run(self, progress: bool) -> dict:
         scenario, federation = self.scenario, self.federation
         rounds = scenario["training"]["rounds"]
@@ -363,15 +403,18 @@ class RunLoop:
         population = Population(scenario["population"], scenario["training"]["local_epochs"],
                                 federation.spec.client_sizes, scenario["seed"])
         r = self.next_round
-        while True:
-            try:
-                while r <= rounds:
-                    self.play_round(r, population, display)
-                    r += 1
-                self.collect_evals(wait=True)
-                break
-            except ServerLost as lost:
-                r = self.heal(lost)
+        with stop_signals.at_round_ends():
+            while True:
+                try:
+                    while r <= rounds:
+                        self.play_round(r, population, display)
+                        if r < rounds and stop_signals.requested is not None:
+                            self.stop_after(r)
+                        r += 1
+                    self.collect_evals(wait=True)
+                    break
+                except ServerLost as lost:
+                    r = self.heal(lost)
         self.log.close()
         summary = {"name": scenario["name"], "method": scenario["method"]["name"],
                    "initial": self.evals.get(0), "final": self.evals[max(self.evals)] if self.evals else None,

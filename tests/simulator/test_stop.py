@@ -64,10 +64,11 @@ def metrics_of(run_dir: Path) -> dict:
 
 
 def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, command: list[str] | None = None,
-                        trigger: str = "round 1/") -> tuple[subprocess.CompletedProcess, set]:
+                        trigger: str = "round 1/", times: int = 1) -> tuple[subprocess.CompletedProcess, set]:
     """Start ``fedssl run`` (or ``command``, another fedssl command line), send the signal as soon as
-    round 1's line (a line starting with ``trigger``) is printed, wait for the end; returns the
-    outcome and the pids of the processes the command had started by then."""
+    round 1's line (a line starting with ``trigger``) is printed (``times`` = 2: again 0.3 s later,
+    which stops at once rather than at the end of the round), wait for the end; returns the outcome
+    and the pids of the processes the command had started by then."""
     command = command or ["run", str(scenario), "--out", str(run_dir)]
     process = subprocess.Popen(fedssl(*command), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines, started = [], set()
@@ -76,6 +77,9 @@ def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, comma
         if line.startswith(trigger):
             started = descendants(process.pid)
             process.send_signal(signal_number)
+            if times == 2:
+                time.sleep(0.3)
+                process.send_signal(signal_number)
             break
     out, err = process.communicate(timeout=300)
     return subprocess.CompletedProcess(process.args, process.returncode, out, "".join(lines) + err), started
@@ -129,17 +133,45 @@ def test_sigterm_stops_a_run_with_one_line(slow_raw, tmp_path, executor):
 ])
 def test_the_stop_line_says_from_which_round_a_resume_goes_on(slow_raw, tmp_path, rounds, checkpoint_every,
                                                               trigger, says):
-    """A resume restarts from the newest checkpoint: the line says so where that is not the round reached."""
+    """Stopped at once (a second signal), a resume restarts from the newest checkpoint: the line says
+    so where that is not the round reached."""
     scenario = tmp_path / "slow.yaml"
     scenario.write_text(yaml.safe_dump({**slow_raw, "executor": "in_process",
                                         "training": {**slow_raw["training"], "rounds": rounds},
                                         "output": {"checkpoint_every": checkpoint_every}}))
-    stopped, _ = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGTERM, trigger=trigger)
+    stopped, _ = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGTERM, trigger=trigger, times=2)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
     reached = int(trigger.split()[1].rstrip("/"))
     assert stopped.stderr.strip().splitlines()[-1] == (
         f"fedssl: stopped by SIGTERM after round {reached} of {rounds}; {says}"
         f"resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
+
+
+def test_a_first_signal_ends_the_round_under_way_checkpoints_it_and_the_resume_goes_on_from_there(slow_raw, tmp_path):
+    """No checkpoint would be due before the end (``checkpoint_every`` 1000): the signal's own
+    checkpoint is what lets the resume play only the rounds after the one the signal landed in."""
+    raw = {**slow_raw, "executor": "in_process", "output": {"checkpoint_every": 1000}}
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(yaml.safe_dump(raw))
+    stopped, _ = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGTERM)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert ("fedssl: SIGTERM: stopping at the end of this round, once its checkpoint is written "
+            "(send it again to stop now)") in stopped.stderr, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    reached = int(last.removeprefix("fedssl: stopped by SIGTERM after round ").split()[0])  # 2, or 1 by a race
+    assert reached < 3 and last == (f"fedssl: stopped by SIGTERM after round {reached} of 3; "
+                                    f"resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
+    assert [p.name for p in (tmp_path / "stopped" / "checkpoints").glob("round_*")] == [f"round_{reached:05d}"]
+
+    resumed = subprocess.run(fedssl("run", "--resume", str(tmp_path / "stopped")), cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    played = [int(line.split()[1].split("/")[0]) for line in resumed.stderr.splitlines() if line.startswith("round ")]
+    assert played and min(played) == reached + 1, resumed.stderr
+    whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet"), cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    assert metrics_of(tmp_path / "stopped") == metrics_of(tmp_path / "whole")
 
 
 def test_sigterm_stops_a_claim_and_leaves_no_process_behind(slow_raw, tmp_path):
@@ -220,3 +252,15 @@ def test_a_stopped_command_disconnects_the_ray_its_runs_connected_before_its_las
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == f"{after} {128 + signal.SIGTERM}", done.stdout
     assert done.stderr.strip().splitlines()[-1].startswith("fedssl: stopped by SIGTERM"), done.stderr[-3000:]
+
+
+def test_a_signal_noted_after_a_runs_last_round_stops_the_commands_next_run_before_it_starts(synthetic_raw):
+    """A claim or sweep runs many runs: a signal that came during the last round of one (noted, the
+    run then ended normally) stops the next one before it starts anything."""
+    from simulator.run import Stopped, run_scenario, stop_signals
+    from simulator.scenario import resolve
+    with stop_signals():
+        stop_signals.requested = "SIGTERM"
+        with pytest.raises(Stopped) as stopped:
+            run_scenario(resolve({**synthetic_raw, "executor": "in_process"}), "/nonexistent/never-written")
+    assert stopped.value.signal_name == "SIGTERM" and stop_signals.requested is None
