@@ -303,6 +303,7 @@ class RunLoop:
         self.eval_enabled = scenario["eval"]["enabled"]
         self.hparams = freeze(scenario)
         self.pending: dict[int, Any] = {}
+        self.checkpointed: int | None = None  # the round of this session's newest checkpoint
         # the round-0 networks are taken now and evaluated after round 1, not to slow the start
         self.initial_networks = federation.networks_now() if self.eval_enabled and 0 not in self.evals else None
 
@@ -319,6 +320,7 @@ class RunLoop:
                 self.log.log(done, logged)
 
     def checkpoint(self, round_index: int) -> None:
+        self.checkpointed = round_index
         self.collect_evals(wait=True)
         write_checkpoint(self.run_dir, round_index, {
             "state": self.federation.state(), "rows": self.log.rows, "evals": self.evals,
@@ -390,8 +392,7 @@ class RunLoop:
 
     def stop_after(self, r: int) -> None:
         """A signal came during round ``r``: checkpoint it (unless that was due anyway), then stop."""
-        newest = latest_checkpoint(self.run_dir)
-        if newest is None or newest.name != f"round_{r:05d}":
+        if self.checkpointed != r:
             self.checkpoint(r)
         self.log.flush()
         stop_signals.raise_if_requested()
