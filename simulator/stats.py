@@ -37,7 +37,8 @@ class Stats:
         a bit), with one overflow check per device."""
         if not isinstance(weight, int) or weight <= 0:
             raise ValueError(f"Stats weight must be a positive int, got {weight!r}")
-        scaled = {name: tensor.detach().to(torch.float64) * (weight * _SCALE) for name, tensor in tensors.items()}
+        scaled = {name: tensor.detach().to(torch.float64, copy=True).mul_(weight * _SCALE)
+                  for name, tensor in tensors.items()}
         names_by_device: dict[torch.device, list[str]] = {}
         for name, value in scaled.items():
             names_by_device.setdefault(value.device, []).append(name)
@@ -51,7 +52,7 @@ class Stats:
                     f"upload {names[int(too_large.nonzero()[0])]!r} is not finite or too large for exact "
                     f"aggregation (max |value| x weight must stay below 2**20)")
             bound = max(bound, float(largest.max()))
-        return cls({name: torch.round(v).to(torch.int64) for name, v in scaled.items()}, weight, bound + 0.5)
+        return cls({name: v.round_().to(torch.int64) for name, v in scaled.items()}, weight, bound + 0.5)
 
     def to(self, device: str | torch.device) -> "Stats":
         """The same sums on ``device``."""
@@ -73,12 +74,11 @@ class Stats:
 
     def average(self) -> dict[str, torch.Tensor]:
         """The weighted mean of every tensor, as float32."""
-        return {k: (v.to(torch.float64) / (_SCALE * self.weight)).to(torch.float32)
-                for k, v in self.sums.items()}
+        return {k: v.to(torch.float64).div_(_SCALE * self.weight).to(torch.float32) for k, v in self.sums.items()}
 
     def total(self) -> dict[str, torch.Tensor]:
         """The weighted sum of every tensor, as float64."""
-        return {k: v.to(torch.float64) / _SCALE for k, v in self.sums.items()}
+        return {k: v.to(torch.float64).div_(_SCALE) for k, v in self.sums.items()}
 
 
 def sum_stats(items) -> Stats | None:

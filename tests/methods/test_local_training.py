@@ -127,6 +127,34 @@ def test_momentum_sgd_is_bitwise_torch_sgd(momentum, weight_decay):
     assert torch.allclose(ours2[0].weight, w2, atol=1e-6)
 
 
+def test_a_momentum_step_runs_a_few_operations_whatever_the_number_of_parameters():
+    """Each of the step's operations covers all parameters at once (``torch._foreach_*``): a GPU
+    then launches a handful of kernels a step, not four per tensor. Counted at torch's dispatcher,
+    for networks of 2 and of 40 tensors, on a step after the first (which makes the momentum buffers)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = []
+    for layers in (1, 20):
+        net = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(layers)])
+        optimizer = MomentumSGD(list(net.parameters()), lr=0.1, momentum=0.9, weight_decay=5e-4)
+        for _ in range(2):
+            optimizer.zero_grad()
+            net(torch.ones(2, 3)).sum().backward()
+            with Count() as count:
+                optimizer.step()
+        counts.append(count.ops)
+    assert counts[0] == counts[1] <= 6, counts
+
+
 def test_a_client_step_does_not_import_torch_dynamo():
     """torch.optim's first optimiser imports torch._dynamo (2.4 s on 2 cores); the local loop must not."""
     code = """

@@ -65,3 +65,13 @@ def test_sums_move_between_devices_unchanged():
     a = Stats.from_tensors({"x": torch.tensor([0.1, -2.5])}, weight=3)
     moved = a.to("meta")
     assert moved.weight == 3 and moved.sums["x"].device.type == "meta" and a.sums["x"].device.type == "cpu"
+
+
+def test_an_upload_is_left_as_it_was():
+    """The fixed-point scaling works in place on its own copy: a float64 upload (no conversion, so
+    no new tensor of its own) and a float32 one keep their values, and the sums are the same."""
+    upload = {"rows": torch.tensor([0.25, -1.5], dtype=torch.float64), "w": torch.tensor([0.5, 2.0])}
+    kept = {name: tensor.clone() for name, tensor in upload.items()}
+    stats = Stats.from_tensors(upload, weight=3)
+    assert all(torch.equal(upload[name], kept[name]) for name in upload)
+    assert torch.equal(stats.sums["rows"], torch.tensor([0.75, -4.5], dtype=torch.float64).mul(2**32).long())
