@@ -1,6 +1,6 @@
 """Client steps on a GPU, without Ray and without data files (issues 15 and 17).
 
-Four measurements, each printed and written to ``--out`` (JSON):
+Five measurements, each printed and written to ``--out`` (JSON):
 
 1. ``methods``: every method's federation, in-process (``executor: in_process``, one worker with the
    GPU), on ``synthetic_cifar10`` (CIFAR-10's shape) with a ResNet-18, 10 iid clients of 500 images,
@@ -19,6 +19,11 @@ Four measurements, each printed and written to ``--out`` (JSON):
    off, then twice with it on: whether each pair repeats, and the switches' cost in images/s. On
    the CPU every pair is bitwise equal; on an H200 runs without the switches were not
    (results/gpu.md).
+
+5. ``engines``: the quickstart's shape with a ResNet-18, switches on, through the Ray engine with two
+   workers sharing the device (0.5 GPU each), the same again, one worker with the whole device, and
+   in-process: whether every logged value of each equals the first run's, each run's numerics and
+   images/s. Needs Ray (on a machine without it, the part reports the import error).
 
 ``--parts`` picks among them (default: all, ``repeat`` first).
 
@@ -93,11 +98,21 @@ def federation_rate(path: str, overrides: list[str], device: torch.device) -> di
     return result
 
 
+def logged_values(run_dir: Path) -> dict[tuple[int, str], float]:
+    """A run's logged values by (round, name), time and memory aside."""
+    import pyarrow.parquet as pq
+    return {(row["round"], row["name"]): row["value"] for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
+            if not row["name"].startswith(("time/", "memory/"))}
+
+
+def differing_keys(first: dict, other: dict) -> list[tuple[int, str]]:
+    return sorted(key for key in first if first[key] != other.get(key))
+
+
 def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[str, Any]:
     """Run ``path`` twice in this process: the first run's images/s and peak memory, how many logged
     values of the second differ (time and memory aside), the first that does and by how much at
     most, and the distinct warnings of ops without a deterministic CUDA kernel."""
-    import pyarrow.parquet as pq
     from simulator.run import run_scenario
     logged, rates = [], []
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings(record=True) as caught:
@@ -107,12 +122,10 @@ def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[
         for attempt in range(2):
             run_dir, summary = run_scenario(load_scenario(path, overrides), str(Path(out) / f"run{attempt}"),
                                             progress=False)
-            logged.append({(row["round"], row["name"]): row["value"]
-                           for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
-                           if not row["name"].startswith(("time/", "memory/"))})
+            logged.append(logged_values(run_dir))
             rates.append(summary["steady_samples_per_second"])
     first, second = logged
-    differing = sorted(key for key in first if first[key] != second.get(key))
+    differing = differing_keys(first, second)
     result = {"scenario": path, "images_per_second": rates[0], "values": len(first),
               "values_differing": len(differing), "first_differing": list(differing[0]) if differing else None,
               "max_abs_difference": max((abs(first[k] - second[k]) for k in differing if k in second), default=0.0),
@@ -122,6 +135,33 @@ def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[
     if device.type == "cuda":
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return result
+
+
+def engines_agree(overrides: list[str], device: torch.device) -> list[dict[str, Any]]:
+    """The quickstart with ``overrides`` through the Ray engine (two workers sharing the device, the
+    same again, one worker) and in-process: each run's numerics, images/s, and how many logged values
+    differ from the first run's (with the switches on, none should)."""
+    from simulator.run import run_scenario
+    share = 1 if device.type == "cuda" else 0
+    runs = [("ray, 2 workers x 0.5 device", ["executor=ray", "ray.num_workers=2", f"ray.worker.num_gpus={share / 2}"]),
+            ("ray, 2 workers x 0.5 device, again", ["executor=ray", "ray.num_workers=2",
+                                                    f"ray.worker.num_gpus={share / 2}"]),
+            ("ray, 1 worker x 1 device", ["executor=ray", "ray.num_workers=1", f"ray.worker.num_gpus={share}"]),
+            ("in-process, 1 device", ["executor=in_process", "ray.num_workers=1", f"ray.worker.num_gpus={share}"])]
+    rows, first = [], None
+    with tempfile.TemporaryDirectory() as out:
+        for i, (label, own) in enumerate(runs):
+            run_dir, summary = run_scenario(load_scenario("scenarios/quickstart.yaml", [*overrides, *own]),
+                                            str(Path(out) / f"run{i}"), progress=False)
+            logged = logged_values(run_dir)
+            first = first if first is not None else logged
+            differing = differing_keys(first, logged)
+            rows.append({"run": label, "numerics": summary["numerics"],
+                         "images_per_second": summary["steady_samples_per_second"], "values": len(logged),
+                         "values_differing_from_first": len(differing),
+                         "first_differing": list(differing[0]) if differing else None})
+            print(rows[-1], flush=True)
+    return rows
 
 
 def method_rates(device: torch.device, smoke: bool, switches: list[str]) -> list[dict[str, Any]]:
@@ -230,7 +270,7 @@ def torch_defaults(device: torch.device) -> None:
         cuda_determinism(False)
 
 
-PARTS = ("repeat", "plain", "several_clients", "methods")
+PARTS = ("repeat", "plain", "several_clients", "methods", "engines")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -276,6 +316,13 @@ def main(argv: list[str] | None = None) -> None:
     if "methods" in args.parts:
         switches = [f"ray.cuda_deterministic={args.cuda_deterministic}"] if args.cuda_deterministic else []
         measured("methods", method_rates(device, args.smoke, switches))
+    if "engines" in args.parts:
+        engines = [*common_overrides(device, args.smoke), "dataset.name=synthetic_cifar10", "model.encoder=resnet18",
+                   "ray.cuda_deterministic=true", *(["dataset.train_subset=200"] if args.smoke else [])]
+        try:
+            measured("engines", engines_agree(engines, device))
+        except ImportError as error:  # no Ray on this machine
+            measured("engines", {"error": f"{type(error).__name__}: {error}"})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The GPU benchmark's pieces on the CPU, at tiny sizes (the figures themselves: results/gpu.md)."""
 import torch
 
-from analysis.gpu_benchmark import plain_simclr_rate, repeat_check, several_clients_rates
+from analysis.gpu_benchmark import engines_agree, plain_simclr_rate, repeat_check, several_clients_rates
 
 
 def test_vmap_of_several_clients_does_the_loops_work():
@@ -40,3 +40,22 @@ def test_the_repeat_check_sees_a_run_that_does_not_repeat(monkeypatch):
     result = repeat_check("scenarios/quickstart.yaml", TINY, torch.device("cpu"))
     assert len(calls) == 2 and result["values_differing"] > 0, result
     assert result["first_differing"][0] == 1 and result["max_abs_difference"] > 0
+
+
+def test_the_engines_part_compares_ray_and_in_process_runs_and_sees_one_that_differs(ray_session, monkeypatch):
+    """On a CPU the four runs (Ray with two workers, again, Ray with one, in-process) agree; the
+    third run at another learning rate stands in for an engine whose results differ."""
+    from simulator import run
+    calls, real = [], run.run_scenario
+
+    def third_differs(scenario, out, progress=True):
+        calls.append(scenario["executor"])
+        if len(calls) == 3:
+            scenario = {**scenario, "training": {**scenario["training"], "lr": scenario["training"]["lr"] * 0.5}}
+        return real(scenario, out, progress=progress)
+
+    monkeypatch.setattr(run, "run_scenario", third_differs)
+    rows = engines_agree(TINY, torch.device("cpu"))
+    assert calls == ["ray", "ray", "ray", "in_process"]
+    assert [row["values_differing_from_first"] == 0 for row in rows] == [True, True, False, True], rows
+    assert rows[2]["first_differing"][0] == 1 and all(row["values"] > 0 for row in rows)

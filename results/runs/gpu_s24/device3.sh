@@ -1,5 +1,6 @@
 #!/bin/bash
-# The session's third device call: the Ray engine on the GPU (results/runs/gpu_s24/ray_gpu.py).
+# The session's third device call: the Ray engine on the GPU (results/runs/gpu_s24/ray_gpu.py as of
+# 741e7dd; folded since into `python3 -m analysis.gpu_benchmark --parts engines`).
 # Carry .raycarry (a trimmed Ray 2.60 wheel for Python 3.12, without its Java, RLlib, Tune, Train,
 # Serve, Data and dashboard front-end, as tar.xz; and the wheels of its dependencies, of which only
 # the missing ones are installed). Results under $OUT.
