@@ -66,8 +66,9 @@ def metrics_of(run_dir: Path) -> dict:
 def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, command: list[str] | None = None,
                         trigger: str = "round 1/", times: int = 1) -> tuple[subprocess.CompletedProcess, set]:
     """Start ``fedssl run`` (or ``command``, another fedssl command line), send the signal as soon as
-    round 1's line (a line starting with ``trigger``) is printed (``times`` = 2: again 0.3 s later,
-    which stops at once rather than at the end of the round), wait for the end; returns the outcome
+    round 1's line (a line starting with ``trigger``) is printed (``times`` = 2: 0.5 s after it, so
+    that it lands in the next round, and again 0.3 s later, which stops at once rather than at the end
+    of the round), wait for the end; returns the outcome
     and the pids of the processes the command had started by then."""
     command = command or ["run", str(scenario), "--out", str(run_dir)]
     process = subprocess.Popen(fedssl(*command), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -76,6 +77,8 @@ def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, comma
         lines.append(line)
         if line.startswith(trigger):
             started = descendants(process.pid)
+            if times == 2:  # past the loop's end-of-round check, which follows the line at once: a first
+                time.sleep(0.5)  # signal before it would stop the run there, gracefully, before the second
             process.send_signal(signal_number)
             if times == 2:
                 time.sleep(0.3)
