@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from torch import nn
 
-ENCODERS = ("small_cnn", "large_cnn", "resnet18", "resnet34")
+ENCODERS = ("narrow_cnn", "small_cnn", "large_cnn", "resnet18", "resnet34")
 NORMS = ("group", "batch")
 RESNET_BLOCKS = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
 # Channel widths and strides of the plain conv encoders (both end at 1/8 resolution).
+NARROW_CNN_LAYERS = {"widths": (16, 32, 64), "strides": (2, 2, 2)}  # the small CNN at half width
 SMALL_CNN_LAYERS = {"widths": (32, 64, 128), "strides": (2, 2, 2)}
 LARGE_CNN_LAYERS = {"widths": (64, 128, 256, 256), "strides": (2, 1, 2, 2)}
 # Every encoder halves the resolution three times.
@@ -97,6 +98,8 @@ def build_encoder(name: str, in_channels: int, image_size: int, norm: str = "gro
     """Encoder ``name`` (one of ``ENCODERS``) mapping ``[B,in_channels,image_size,image_size]`` to ``[B,out_dim]``."""
     if image_size < MIN_IMAGE_SIZE:
         raise ValueError(f"image_size must be at least {MIN_IMAGE_SIZE}, got {image_size}")
+    if name == "narrow_cnn":
+        return plain_cnn(in_channels, norm=norm, **NARROW_CNN_LAYERS)
     if name == "small_cnn":
         return plain_cnn(in_channels, norm=norm, **SMALL_CNN_LAYERS)
     if name == "large_cnn":

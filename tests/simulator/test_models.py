@@ -22,6 +22,7 @@ def test_encoder_output_shape(name, channels, size):
 
 
 def test_feature_widths():
+    assert build_encoder("narrow_cnn", 1, 28).out_dim == 64
     assert build_encoder("small_cnn", 1, 28).out_dim == 128
     assert build_encoder("large_cnn", 1, 28).out_dim == 256
     assert build_encoder("resnet18", 3, 32).out_dim == 512
@@ -29,6 +30,14 @@ def test_feature_widths():
 
 def test_large_cnn_has_more_than_twice_the_parameters_of_small_cnn():
     assert parameter_count(build_encoder("large_cnn", 3, 32)) > 2 * parameter_count(build_encoder("small_cnn", 3, 32))
+
+
+def test_narrow_cnn_is_the_small_cnn_at_half_width():
+    def convs(name):
+        encoder = build_encoder(name, 1, 28)
+        return [(c.out_channels, c.stride) for c in encoder.modules() if isinstance(c, torch.nn.Conv2d)]
+
+    assert convs("narrow_cnn") == [(width // 2, stride) for width, stride in convs("small_cnn")]
 
 
 def test_resnet34_is_deeper_than_resnet18():
