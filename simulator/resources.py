@@ -3,6 +3,7 @@ thread count torch uses inside a block, and the numerics a process computes with
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
@@ -88,19 +89,50 @@ def process_numerics(device: torch.device | str = "cpu") -> str:
     described = f"torch {torch.__version__}, CPU {process_cpu_numerics()}"
     if torch.device(device).type == "cuda":
         switches = "on" if torch.are_deterministic_algorithms_enabled() else "off"
+        if NONDETERMINISTIC_OPS:
+            switches += f"; ran without a deterministic kernel: {', '.join(sorted(NONDETERMINISTIC_OPS))}"
         described += f", GPU {torch.cuda.get_device_name(torch.device(device))} (deterministic algorithms {switches})"
     return described
+
+
+# torch's words when, with deterministic algorithms on in warn_only mode, an op runs without one
+NONDETERMINISTIC_ALERT = " does not have a deterministic implementation"
+# the ops of this process that did so (:func:`record_nondeterministic_ops`)
+NONDETERMINISTIC_OPS: set[str] = set()
+
+
+def record_nondeterministic_ops() -> None:
+    """From now on, each op of this process that warns that it ran without a deterministic kernel is
+    noted in :data:`NONDETERMINISTIC_OPS` (and its warning still shown), so that the run's numerics
+    (:func:`process_numerics`) do not say "deterministic algorithms on" of a run that cannot repeat.
+    Wraps ``warnings.showwarning`` once a process; a filter that ignores torch's warnings hides them
+    from it too."""
+    show = warnings.showwarning
+    if getattr(show, "records_nondeterministic_ops", False):
+        return
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if NONDETERMINISTIC_ALERT in text:
+            NONDETERMINISTIC_OPS.add(text.split(NONDETERMINISTIC_ALERT, 1)[0])
+        show(message, category, filename, lineno, file, line)
+
+    showwarning.records_nondeterministic_ops = True
+    warnings.showwarning = showwarning
 
 
 def cuda_determinism(on: bool) -> None:
     """torch's determinism switches for this process's CUDA work (``ray.cuda_deterministic``).
 
     On: deterministic algorithms (``warn_only``: an op without a deterministic CUDA kernel warns
-    and runs as it is, rather than failing the run), cuDNN's deterministic convolutions, no cuDNN
+    and runs as it is, rather than failing the run, and the run's numerics name it:
+    :func:`record_nondeterministic_ops`), cuDNN's deterministic convolutions, no cuDNN
     autotuning. Off: torch's defaults, faster, and a run does not repeat bitwise (results/gpu.md).
     cuBLAS's fixed workspace, which its determinism needs, is set either way: cuBLAS reads it once,
     when the process first uses it, so it cannot wait for the switch."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if on:
+        record_nondeterministic_ops()
     torch.use_deterministic_algorithms(on, warn_only=True)
     torch.backends.cudnn.deterministic = on
     torch.backends.cudnn.benchmark = False

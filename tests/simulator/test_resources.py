@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from simulator.resources import cpu_flags, cpu_numerics, onednn_isa
@@ -89,3 +90,32 @@ def test_the_cublas_workspace_is_fixed_unless_the_user_set_one(monkeypatch):
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     cuda_determinism(False)
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_an_op_that_ran_without_a_deterministic_kernel_is_named_in_a_gpu_workers_numerics(monkeypatch):
+    """With the switches on (``warn_only``), an op without a deterministic kernel warns and runs;
+    the worker's numerics then name it rather than say only "deterministic algorithms on". ``put_``
+    without accumulation has no deterministic kernel on any device, so a CPU tensor shows it here."""
+    import warnings
+
+    from simulator import resources
+    monkeypatch.setattr(resources, "NONDETERMINISTIC_OPS", set())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    values = torch.zeros(4)
+    try:
+        with pytest.warns(UserWarning, match="put_ does not have a deterministic implementation") as shown:
+            resources.cuda_determinism(True)
+            recorder = warnings.showwarning
+            resources.cuda_determinism(True)
+            assert warnings.showwarning is recorder  # a second switch-on wraps nothing twice
+            torch.zeros(4).add_(1.0)  # an op with a deterministic kernel: not named
+            assert resources.process_numerics("cuda").endswith("(deterministic algorithms on)")
+            values.put_(torch.tensor([1, 1]), torch.tensor([1.0, 2.0]), accumulate=False)
+        assert len(shown) == 1  # the warning is still shown, once
+        assert resources.NONDETERMINISTIC_OPS == {"put_"}
+        assert resources.process_numerics("cuda").endswith(
+            "(deterministic algorithms on; ran without a deterministic kernel: put_)")
+        assert resources.process_numerics("cpu") == f"torch {torch.__version__}, CPU {resources.process_cpu_numerics()}"
+    finally:
+        resources.cuda_determinism(False)
