@@ -48,7 +48,7 @@ from methods.losses.nt_xent import nt_xent
 from simulator.augment import AugmentConfig, BatchAugment, to_float
 from simulator.data.datasets import load_dataset
 from simulator.models import build_encoder, mlp
-from simulator.resources import cuda_determinism
+from simulator.resources import cuda_determinism, nondeterministic_op
 from simulator.scenario import load_scenario
 
 # (label, shipped scenario, its own overrides); ResNet-18 on synthetic_cifar10 is set for all below
@@ -130,8 +130,7 @@ def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[
               "values_differing": len(differing), "first_differing": list(differing[0]) if differing else None,
               "max_abs_difference": max((abs(first[k] - second[k]) for k in differing if k in second), default=0.0),
               "second_images_per_second": rates[1], "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-              "nondeterministic_ops": sorted({str(w.message).split(" does not have a deterministic")[0]
-                                              for w in caught if "deterministic" in str(w.message)})}
+              "nondeterministic_ops": sorted({op for w in caught if (op := nondeterministic_op(str(w.message)))})}
     if device.type == "cuda":
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return result

@@ -12,7 +12,7 @@ from torch import nn
 ENCODERS = ("narrow_cnn", "small_cnn", "large_cnn", "resnet18", "resnet34")
 NORMS = ("group", "batch")
 RESNET_BLOCKS = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
-# Channel widths and strides of the plain conv encoders (both end at 1/8 resolution).
+# Channel widths and strides of the plain conv encoders (all end at 1/8 resolution).
 NARROW_CNN_LAYERS = {"widths": (16, 32, 64), "strides": (2, 2, 2)}  # the small CNN at half width
 SMALL_CNN_LAYERS = {"widths": (32, 64, 128), "strides": (2, 2, 2)}
 LARGE_CNN_LAYERS = {"widths": (64, 128, 256, 256), "strides": (2, 1, 2, 2)}

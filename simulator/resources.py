@@ -101,6 +101,12 @@ NONDETERMINISTIC_ALERT = " does not have a deterministic implementation"
 NONDETERMINISTIC_OPS: set[str] = set()
 
 
+def nondeterministic_op(message: str) -> str | None:
+    """The op a warning of torch says ran without a deterministic kernel, or None for another warning."""
+    op, alert, _ = message.partition(NONDETERMINISTIC_ALERT)
+    return op if alert else None
+
+
 def record_nondeterministic_ops() -> None:
     """From now on, each op of this process that warns that it ran without a deterministic kernel is
     noted in :data:`NONDETERMINISTIC_OPS` (and its warning still shown), so that the run's numerics
@@ -112,9 +118,9 @@ def record_nondeterministic_ops() -> None:
         return
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
-        text = str(message)
-        if NONDETERMINISTIC_ALERT in text:
-            NONDETERMINISTIC_OPS.add(text.split(NONDETERMINISTIC_ALERT, 1)[0])
+        op = nondeterministic_op(str(message))
+        if op is not None:
+            NONDETERMINISTIC_OPS.add(op)
         show(message, category, filename, lineno, file, line)
 
     showwarning.records_nondeterministic_ops = True

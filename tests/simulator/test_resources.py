@@ -3,6 +3,7 @@ instruction set, which differ where only one of them is capped."""
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -96,8 +97,6 @@ def test_an_op_that_ran_without_a_deterministic_kernel_is_named_in_a_gpu_workers
     """With the switches on (``warn_only``), an op without a deterministic kernel warns and runs;
     the worker's numerics then name it rather than say only "deterministic algorithms on". ``put_``
     without accumulation has no deterministic kernel on any device, so a CPU tensor shows it here."""
-    import warnings
-
     from simulator import resources
     monkeypatch.setattr(resources, "NONDETERMINISTIC_OPS", set())
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
@@ -114,6 +113,7 @@ def test_an_op_that_ran_without_a_deterministic_kernel_is_named_in_a_gpu_workers
             values.put_(torch.tensor([1, 1]), torch.tensor([1.0, 2.0]), accumulate=False)
         assert len(shown) == 1  # the warning is still shown, once
         assert resources.NONDETERMINISTIC_OPS == {"put_"}
+        assert resources.nondeterministic_op("some other warning") is None
         assert resources.process_numerics("cuda").endswith(
             "(deterministic algorithms on; ran without a deterministic kernel: put_)")
         assert resources.process_numerics("cpu") == f"torch {torch.__version__}, CPU {resources.process_cpu_numerics()}"
