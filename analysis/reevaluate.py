@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from simulator.evaluation.monitor import evaluate_networks, load_eval_data, summarize_evaluations
+from simulator.evaluation.monitor import evaluate_networks, load_eval_data, raw_pixels, summarize_evaluations
 from analysis.report import group_means
 from methods import build_method
 from simulator.client_store import loads
@@ -32,7 +32,8 @@ def evaluation_overrides(overrides: list[str]) -> list[str]:
 
 
 def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
-    """The run's initial (round 0) and final (newest checkpoint) metrics under the changed protocol,
+    """The run's initial (round 0) and final (newest checkpoint) metrics and its raw-pixel reference
+    (``pixels``, where ``eval.pixel_reference``) under the changed protocol,
     as :func:`analysis.report.read_run` gives them (``rounds_completed``: the checkpoint's round,
     ``wall_seconds``: the run's time up to it). Raises ValueError for a directory with no checkpoint."""
     if not (run_dir / "scenario.yaml").exists():
@@ -52,13 +53,14 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     torch.set_num_threads(1)  # as the run's evaluator, so that unchanged settings give its numbers
     try:
         data = load_eval_data(scenario)
-        evaluate = lambda load: summarize_evaluations(evaluate_networks(server.eval_networks(load), data, scenario))
-        initial, _ = evaluate(lambda cid: None)
+        evaluate = lambda networks: summarize_evaluations(evaluate_networks(networks, data, scenario))
+        pixels = evaluate(raw_pixels())[0] if scenario["eval"]["pixel_reference"] else None
+        initial, _ = evaluate(server.eval_networks(lambda cid: None))
         server.state = saved["state"]
-        final, logged = evaluate(load_client_state)
+        final, logged = evaluate(server.eval_networks(load_client_state))
     finally:
         torch.set_num_threads(threads)
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], "initial": initial,
-            "final": final, "rounds_completed": saved["round"], "wall_seconds": saved["elapsed"],
+            "final": final, "pixels": pixels, "rounds_completed": saved["round"], "wall_seconds": saved["elapsed"],
             "groups": group_means(logged)}
 

@@ -76,7 +76,8 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
     """``fedssl report`` (the runs' own numbers, and their learning curves in ``plot``) or, with
     ``overrides`` given, ``fedssl evaluate``."""
 
-    from analysis.report import code_line, learning_table, markdown_table, paired_table, parse_margins, read_run
+    from analysis.report import (code_line, learning_table, markdown_table, paired_table, parse_margins, pixel_table,
+                                 read_run)
     from simulator.data.datasets import DatasetUnavailable
     try:
         learning_margins = parse_margins(margins)
@@ -86,6 +87,7 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
             from analysis.reevaluate import evaluate_run
             runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
         tables = [markdown_table(runs), learning_table(runs, learning_margins)]
+        tables += [table] if (table := pixel_table(runs)) else []
         tables += [paired_table(runs, baseline)] if baseline else []
         tables.append(code_line(runs) + "\n")
         if plot:

@@ -810,11 +810,13 @@ class RayFederation:
             return EvaluatorInActor(self.scenario, self.on_driver_node)
         return EvaluatorInDriver(self.scenario)
 
-    def submit_eval(self, networks: ray.ObjectRef | None = None):
+    def submit_eval(self, networks: ray.ObjectRef | dict | None = None):
         """Evaluate ``networks`` (default: the current ones) in the background; returns a handle
         for :meth:`ready` and :meth:`result`."""
         if self.evaluator is None:
             self.evaluator = self.new_evaluator()  # created at the first evaluation, not to slow the start
+        if isinstance(networks, dict):  # the driver's own (the raw-pixel reference)
+            networks = ray.put(networks)
         return self.evaluator.submit(networks if networks is not None else self.networks_now())
 
     def state(self) -> dict:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from simulator.evaluation.monitor import summarize_evaluations
+from simulator.evaluation.monitor import raw_pixels, summarize_evaluations
 from methods import METHODS
 from methods.base import DataSpec
 from simulator.context import RoundContext, freeze
@@ -303,6 +303,9 @@ class RunLoop:
         self.eval_enabled = scenario["eval"]["enabled"]
         self.hparams = freeze(scenario)
         self.pending: dict[int, Any] = {}
+        # the raw-pixel reference (simulator.evaluation.monitor.raw_pixels): evaluated once, beside round 0
+        self.pixels: dict[str, float] | None = resumed.get("pixels")
+        self.pixels_pending: Any = None
         self.checkpointed: int | None = None  # the round of this session's newest checkpoint
         # the round-0 networks are taken now and evaluated after round 1, not to slow the start
         self.initial_networks = federation.networks_now() if self.eval_enabled and 0 not in self.evals else None
@@ -318,12 +321,16 @@ class RunLoop:
             if wait or self.federation.ready(self.pending[done]):
                 self.evals[done], logged = summarize_evaluations(self.federation.result(self.pending.pop(done)))
                 self.log.log(done, logged)
+        if self.pixels_pending is not None and (wait or self.federation.ready(self.pixels_pending)):
+            self.pixels, _ = summarize_evaluations(self.federation.result(self.pixels_pending))
+            self.pixels_pending = None
+            self.log.log(0, {f"reference/pixels/{m}": v for m, v in self.pixels.items()})
 
     def checkpoint(self, round_index: int) -> None:
         self.checkpointed = round_index
         self.collect_evals(wait=True)
         write_checkpoint(self.run_dir, round_index, {
-            "state": self.federation.state(), "rows": self.log.rows, "evals": self.evals,
+            "state": self.federation.state(), "rows": self.log.rows, "evals": self.evals, "pixels": self.pixels,
             "time_to_round1": self.time_to_round1, "launch_to_round1": self.launch_to_round1,
             "elapsed": time.time() - self.start, "numerics": self.numerics_so_far(), "code": self.code},
             self.client_state_dir)
@@ -347,6 +354,9 @@ class RunLoop:
         if self.initial_networks is not None and r >= 1:
             self.pending[0] = federation.submit_eval(self.initial_networks)
             self.initial_networks = None
+        if (self.eval_enabled and scenario["eval"]["pixel_reference"] and r >= 1 and self.pixels is None
+                and self.pixels_pending is None):
+            self.pixels_pending = federation.submit_eval(raw_pixels())
         if self.eval_enabled and r >= 1 and (r % eval_every == 0 or r == rounds):
             self.pending[r] = federation.submit_eval()
         self.collect_evals(wait=False)
@@ -370,13 +380,14 @@ class RunLoop:
                 raise ServerFailure(f"{lost} and its checkpoint {checkpoint} cannot be read ({err})") from None
         self.federation.replace_server()
         self.pending.clear()
+        self.pixels_pending = None
         if payload is None:  # no checkpoint yet: from the beginning
             if self.client_state_dir is not None:
                 shutil.rmtree(self.client_state_dir, ignore_errors=True)
                 self.client_state_dir.mkdir(parents=True)
             self.log.rewind([], purge_step=0)
             self.log.log_scenario(self.scenario, headline_tags(self.scenario))
-            self.evals = {}
+            self.evals, self.pixels = {}, None
             self.initial_networks = self.federation.networks_now() if self.eval_enabled else None
             self.last_round = None
             return first_round(self.scenario)
@@ -385,6 +396,7 @@ class RunLoop:
             restore_client_states(checkpoint, self.client_state_dir)
         self.log.rewind(payload["rows"], purge_step=payload["round"] + 1)
         self.evals = dict(payload["evals"])
+        self.pixels = payload.get("pixels")
         self.last_round = payload["round"]
         return payload["round"] + 1
 
@@ -419,6 +431,7 @@ class RunLoop:
         self.log.close()
         summary = {"name": scenario["name"], "method": scenario["method"]["name"],
                    "initial": self.evals.get(0), "final": self.evals[max(self.evals)] if self.evals else None,
+                   "pixels": self.pixels,
                    "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
                    "seconds_to_end_of_round_1": self.time_to_round1,
                    "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,

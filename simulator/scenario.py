@@ -42,7 +42,9 @@ DEFAULTS: dict[str, Any] = {
              # label_knn_k: the kNN's k on those few labels (null: knn_k; with 1% of a 10,000-image
              # subset, k = 200 is every one of the 100 banked images, a vote over the whole bank)
              "label_fractions": [0.01, 0.1], "label_draws": 3, "label_knn_k": None, "finetune_steps": 0,
-             "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False},
+             "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False,
+             # the same protocol on the raw pixels, once a run (simulator.evaluation.monitor.raw_pixels)
+             "pixel_reference": True},
     "ray": {"address": None, "num_workers": 2, "worker": {"num_cpus": 1, "num_gpus": 0.0},
             "worker_pools": [], "server": "driver",
             "driver_simulates": True, "evaluator": "driver", "while_starting": "driver",

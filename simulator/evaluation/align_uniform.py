@@ -54,7 +54,7 @@ def align_uniform_score(encoder: nn.Module, images_uint8: Tensor, augment: Batch
     Each image is encoded as is and after one draw of ``augment`` (random stream ``generator``);
     the encoder runs in eval mode (its mode is restored afterwards).
     """
-    device = next(encoder.parameters()).device
+    device = next(encoder.parameters(), torch.empty(0)).device  # CPU for a parameter-free encoder
     was_training = encoder.training
     encoder.eval()
     features, augmented = [], []

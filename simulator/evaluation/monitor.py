@@ -118,6 +118,20 @@ def evaluate_network(network: torch.nn.ModuleDict, data: EvalData, scenario: Map
     return metrics
 
 
+def raw_pixels() -> dict[str, torch.nn.ModuleDict]:
+    """The networks to evaluate for the raw-pixel reference: an "encoder" that only flattens the
+    images ([0, 1] pixels as the feature vector, 784 values for Fashion-MNIST).
+
+    :func:`evaluate_network` of it applies the run's whole protocol (kNN, linear probe, the
+    label-efficient metrics, fine-tuning, which trains the head alone) to the pixels: a reference
+    fixed by the evaluation data alone, the same for every method, network and round, beside which
+    a trained network's numbers read as what its features add over the images themselves (a linear
+    probe on all of Fashion-MNIST's pixels scores 84.01%, ``results/regime.md``). It decides
+    nothing: ``summary.json`` ``pixels``, ``reference/pixels/*`` in the logs, ``fedssl report``'s
+    table against it."""
+    return {"global": torch.nn.ModuleDict({"encoder": torch.nn.Flatten()})}
+
+
 def evaluate_networks(networks: Mapping[str, torch.nn.ModuleDict], data: EvalData, scenario: Mapping[str, Any]
                       ) -> dict[str, dict[str, float]]:
     """:func:`evaluate_network` of each labelled network."""

@@ -40,6 +40,7 @@ def test_unchanged_settings_give_the_runs_own_numbers_and_write_nothing(tiny_run
         assert {m: again[section][m] for m in METRICS + LABEL_EFFICIENT} == {
             m: logged[section][m] for m in METRICS + LABEL_EFFICIENT}
     assert (again["rounds_completed"], again["name"], again["seed"]) == (2, "tiny", 3)
+    assert again["pixels"] == logged["pixels"] and again["pixels"]["knn_top1_1pct"] > 0
     assert listing(run_dir) == before
 
 

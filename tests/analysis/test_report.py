@@ -6,11 +6,11 @@ import pytest
 import yaml
 
 from analysis.report import (LEARNING_MARGINS, by_scenario, learning_table, markdown_table, paired_difference,
-                             paired_table, read_run, t_interval)
+                             paired_table, pixel_table, read_run, t_interval)
 from simulator.cli import main
 
 
-def fake_run(tmp_path, name, seed, final_knn, projector_knn=None, numerics=None, code=None):
+def fake_run(tmp_path, name, seed, final_knn, projector_knn=None, numerics=None, code=None, pixels=None):
     run_dir = tmp_path / f"{name}-{seed}"
     run_dir.mkdir()
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump({"name": name, "seed": seed}))
@@ -18,7 +18,7 @@ def fake_run(tmp_path, name, seed, final_knn, projector_knn=None, numerics=None,
     summary = {"initial": {"knn_top1": 0.5, "linear_top1": 0.6, **projector(0.4)},
                "final": {"knn_top1": final_knn, "linear_top1": 0.7, **projector(projector_knn)},
                "rounds_completed": 3, "wall_seconds": 12.0, **({"numerics": numerics} if numerics else {}),
-               **({"code": code} if code else {})}
+               **({"code": code} if code else {}), **({"pixels": pixels} if pixels else {})}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
 
@@ -258,3 +258,23 @@ def test_a_bad_margin_is_one_line_exit_2(tmp_path, capsys, margin, message):
     assert main(["report", str(run_dir), "--margin", margin]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"fedssl: error: {message}\n" and captured.out == ""
+
+
+def test_the_pixel_table_puts_round_0_and_final_beside_the_raw_pixel_reference(tmp_path, capsys):
+    # round 0: kNN 0.50, probe 0.60; finals: probe 0.70 (fake_run)
+    pixels = {"knn_top1": 0.52, "linear_top1": 0.65, "align": 0.3}
+    dirs = [fake_run(tmp_path, "a", 0, 0.55, pixels=pixels), fake_run(tmp_path, "a", 1, 0.51, pixels=pixels)]
+    runs = [read_run(d) for d in dirs]
+    table = pixel_table(runs)
+    assert ("| scenario | seed | knn_top1 pixels | round 0 − pixels | final − pixels | linear_top1 pixels | "
+            "round 0 − pixels | final − pixels |") in table
+    assert "| a | 0 | 52.00 | -2.00 | +3.00 | 65.00 | -5.00 | +5.00 |" in table
+    assert "| a | 1 | 52.00 | -2.00 | -1.00 | 65.00 | -5.00 | +5.00 |" in table
+    assert "1 of 2 final networks are above it on knn_top1, linear_top1" in table
+    # fedssl report prints it; a run without the reference (older runs) leaves the table out
+    assert main(["report", *map(str, dirs)]) == 0
+    assert "| a | 0 | 52.00 | -2.00 | +3.00 |" in capsys.readouterr().out
+    older = read_run(fake_run(tmp_path, "b", 0, 0.55))
+    assert pixel_table(runs + [older]) is None
+    assert main(["report", *map(str, dirs), older["dir"]]) == 0
+    assert "pixels" not in capsys.readouterr().out

@@ -9,6 +9,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 
 from analysis.report import read_run
 from simulator.resources import cpu_flags, onednn_isa
@@ -46,7 +47,7 @@ def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run
     assert all(s3["peak_memory_mb"][host] > 0 for host in ("server", "workers", "evaluator"))
     assert m1 == m3
     assert (2, "train/loss") in m1 and (2, "eval/knn_top1") in m1
-    assert s1["final"] == s3["final"]
+    assert s1["final"] == s3["final"] and s1["pixels"] == s3["pixels"]
     # every process computed with this machine's kernels: one numerics, recorded in the summary
     assert s1["numerics"] == s3["numerics"] == [f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"]
 
@@ -231,6 +232,30 @@ def test_run_directory_holds_scenario_metrics_summary_checkpoint(tiny_ray_run):
               if r["name"].startswith("memory/")}
     assert memory[(2, "memory/workers_rss_mb")] > 0 and memory[(2, "memory/driver_rss_mb")] > 0
     assert not list(run_dir.rglob(".*.tmp-*"))
+
+
+def test_the_run_records_its_raw_pixel_reference(tiny_ray_run, tmp_path):
+    """The evaluation protocol on the raw pixels (simulator.evaluation.monitor.raw_pixels), once a run:
+    in summary.json and at step 0 of the logs, equal to the kNN and the probe computed here on the
+    run's own evaluation images; ``eval.pixel_reference: false`` leaves it out."""
+    from simulator.evaluation.metrics import knn_top1, linear_probe_top1
+    from simulator.evaluation.monitor import load_eval_data
+    run_dir, summary, metrics = tiny_ray_run
+    scenario = resolve(yaml.safe_load((run_dir / "scenario.yaml").read_text()))
+    data = load_eval_data(scenario)
+    train, test = data.train_x.flatten(1).float() / 255, data.test_x.flatten(1).float() / 255
+    eval_cfg = scenario["eval"]
+    pixels = summary["pixels"]
+    assert pixels["knn_top1"] == knn_top1(train, data.train_y, test, data.test_y, data.num_classes,
+                                          k=eval_cfg["knn_k"], temperature=eval_cfg["knn_temperature"])
+    assert pixels["linear_top1"] == linear_probe_top1(train, data.train_y, test, data.test_y, data.num_classes,
+                                                      max_iter=eval_cfg["probe_iterations"])
+    assert {"knn_top1_1pct", "linear_top1_10pct"} <= set(pixels) and "knn_projector_top1" not in pixels
+    assert {m: metrics[(0, f"reference/pixels/{m}")] for m in pixels} == pixels
+    assert not [name for (r, name) in metrics if name.startswith("reference/") and r != 0]
+    raw = tiny_scenario(tmp_path)
+    _, without, logged = run({**raw, "eval": {**raw["eval"], "pixel_reference": False}}, tmp_path, "without")
+    assert without["pixels"] is None and not [name for (_, name) in logged if name.startswith("reference/")]
 
 
 def test_tensorboard_events_read_back(tiny_ray_run):

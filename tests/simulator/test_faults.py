@@ -258,6 +258,7 @@ def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, syntheti
     assert resumed.returncode == 0, resumed.stderr
     summary = yaml.safe_load((run_dir / "summary.json").read_text())
     assert summary["final"] == reference["final"] and summary["initial"] == reference["initial"]
+    assert summary["pixels"] == reference["pixels"] and reference["pixels"]["knn_top1"] > 0
     assert metrics_without_timing(run_dir) == metrics_without_timing(tmp_path / "reference")
     final_clean = torch.load(tmp_path / "reference" / "checkpoints" / "round_00004" / "state.pt", weights_only=False)
     final_resumed = torch.load(run_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)
@@ -401,6 +402,7 @@ def test_a_dead_parameter_server_is_restarted_and_the_run_ends_fault_free(fault_
     assert (tmp_path / "died").exists()
     assert reference["server_restarts"] == 0 and healed["server_restarts"] == 1
     assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert healed["pixels"] == reference["pixels"]
     assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
     clean = torch.load(reference_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
     after = torch.load(healed_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
@@ -445,6 +447,7 @@ def test_a_server_dead_outside_its_server_step_is_restarted_with_the_driver_simu
     healed_dir, healed = run_scenario(in_driver, str(tmp_path / "healed"), progress=False)
     assert os.path.exists(marker) and healed["server_restarts"] == 1
     assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert healed["pixels"] == reference["pixels"]
     assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
 
 
@@ -493,6 +496,7 @@ def test_evaluations_queued_on_a_dead_evaluator_are_resubmitted_to_one_replaceme
     _, healed = run_scenario(every_round, str(tmp_path / "healed"), progress=False)
     assert os.path.exists(marker) and healed["evaluator_restarts"] == 1
     assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert healed["pixels"] == reference["pixels"]
 
 
 def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_ones(fault_free, tmp_path,
@@ -517,4 +521,5 @@ def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_one
     healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
     assert os.path.exists(marker) and healed["evaluator_restarts"] == 1
     assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert healed["pixels"] == reference["pixels"]
     assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)

@@ -168,3 +168,30 @@ def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(
                                resolve({**synthetic_raw, "eval": {"knn_k": 5, "train_subset": 1000}}))
     assert {m for m in default if "pct" in m} == {"knn_top1_1pct", "linear_top1_1pct",
                                                   "knn_top1_10pct", "linear_top1_10pct"}
+
+
+def test_the_raw_pixel_reference_is_the_protocol_on_the_images_themselves():
+    """Two train images, one per class (p0, p1), and 300 test images of :func:`two_class_points`: on
+    the raw pixels the kNN (k clipped to 2) predicts the class of the more cosine-similar of the two
+    and the probe on two standardised points the side of their perpendicular bisector in
+    standardised space (see the test above): each counted by hand."""
+    import numpy as np
+
+    from simulator.evaluation.monitor import EvalData, evaluate_networks, raw_pixels
+    from simulator.scenario import resolve
+    train_x, train_y = two_class_points(1, seed=0)
+    test_x, test_y = two_class_points(150, seed=1)
+    p0, p1 = train_x.flatten(1).double().numpy() / 255
+    test = test_x.flatten(1).double().numpy() / 255
+    cos = lambda x, p: x @ p / np.linalg.norm(x, axis=1) / np.linalg.norm(p)  # noqa: E731
+    knn_margin, probe_margin = cos(test, p1) - cos(test, p0), ((test - (p0 + p1) / 2) / (p1 - p0)).sum(axis=1)
+    clear = (np.abs(knn_margin) > 1e-4) & (np.abs(probe_margin) > 1e-4)  # ties the hand rule does not settle
+    truth = test_y.numpy()[clear]
+    knn_hand, probe_hand = np.mean((knn_margin[clear] > 0) == truth), np.mean((probe_margin[clear] > 0) == truth)
+    assert len(truth) > 280 and knn_hand != probe_hand and 0.5 < min(knn_hand, probe_hand) < 1
+    scenario = resolve({"seed": 5, "eval": {"label_fractions": []},
+                        "augment": {"crop_scale": [1.0, 1.0], "flip_prob": 0.0}})
+    data = EvalData(train_x, train_y, test_x[clear], test_y[clear], num_classes=2)
+    metrics = evaluate_networks(raw_pixels(), data, scenario)["global"]
+    assert metrics["knn_top1"] == pytest.approx(knn_hand, abs=1e-12)
+    assert metrics["linear_top1"] == pytest.approx(probe_hand, abs=1e-12)
