@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
-                             numerics_notes)
+                             numerics_notes, pixel_table)
 from simulator.scenario import ScenarioError, load_scenario, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
@@ -478,6 +478,9 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     by_arm = [{**run, "name": name} for name in suite.arms for run in runs[name]]
     lines += ["", "## Per run: gain over its own round 0 (decides nothing)", "",
               learning_table(by_arm, LEARNING_MARGINS, label="arm").rstrip("\n")]
+    if (against_pixels := pixel_table(by_arm, label="arm")) is not None:
+        lines += ["", "## Per run: round 0 and final against the raw pixels (decides nothing)", "",
+                  against_pixels.rstrip("\n")]
     lines += ["", f"## Verdict (decided only by the primary metric, {suite.primary}; secondary metrics and "
                   f"secondary comparisons decide nothing)", ""]
     verdicts = []

@@ -58,7 +58,7 @@ def write_yaml(path, data):
 def fake_suite(tmp_path, synthetic_raw, comparisons, finals, knn_finals=None, numerics=None):
     """A suite of arms over the tiny scenario whose runs are already finished, with the given final
     linear-probe accuracies per arm and seed (round 0: 0.50 everywhere; kNN: round 0 0.40, final
-    ``knn_finals`` or linear - 0.1; ``numerics``: per arm and seed the summary's ``numerics``, none
+    ``knn_finals`` or linear - 0.1; raw pixels: probe 0.60, kNN 0.45; ``numerics``: per arm and seed the summary's ``numerics``, none
     recorded where absent)."""
     scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
     lrs = {"a": 0.05, "b": 0.01, "c": 0.02}
@@ -75,7 +75,7 @@ def fake_suite(tmp_path, synthetic_raw, comparisons, finals, knn_finals=None, nu
                 "initial": {"linear_top1": 0.50, "knn_top1": 0.40},
                 "final": {"linear_top1": final,
                           "knn_top1": (knn_finals or {}).get(arm, [f - 0.1 for f in per_seed])[seed]},
-                "rounds_completed": 2,
+                "rounds_completed": 2, "pixels": {"linear_top1": 0.60, "knn_top1": 0.45},
                 **({"numerics": numerics[arm][seed]} if numerics and arm in numerics else {})}))
     return write_yaml(tmp_path / "claims" / "suite.yaml", suite)
 
@@ -106,6 +106,10 @@ def test_table_and_verdict_on_hand_made_numbers(tmp_path, synthetic_raw, capsys)
     assert "| arm | seed | knn_top1 final − round 0 | linear_top1 final − round 0 | learned? |" in out
     assert "| a | 2 | +5.00 | +14.00 | clears the margins |" in out
     assert "9 of 9 runs clear the learning margins" in out
+    # and against the raw pixels (kNN 45, probe 60): a's seed 2 is level with them on the kNN
+    assert "## Per run: round 0 and final against the raw pixels (decides nothing)" in out
+    assert "| a | 2 | 45.00 | -5.00 | +0.00 | 60.00 | -10.00 | +4.00 |" in out
+    assert "5 of 9 final networks are above it on knn_top1, linear_top1" in out
     assert "decided only by the primary metric, linear_top1" in out
     assert "claimed a > b: a − b = +3.00 [+0.52, +5.48] points over 3 seeds → **reproduced**" in out
     assert "claimed c > b: c − b = +3.00 [-3.57, +9.57] points over 3 seeds → **not reproduced**" in out
