@@ -227,7 +227,7 @@ def pixel_table(runs: list[dict], label: str = "scenario") -> str | None:
     """Each run's round-0 and final networks against the raw-pixel reference (``summary.json``
     ``pixels``, :func:`simulator.evaluation.monitor.raw_pixels`: the same protocol on the images
     themselves), in points, on every shown metric the reference has, with the count of final
-    networks above it on all of them; None where a run has no reference (runs older than it, or
+    networks above it on the kNN and the probe of :data:`METRICS`; None where a run has no reference (runs older than it, or
     ``eval.pixel_reference: false``). Shown, not judged: the margins are read over round 0."""
     if not runs or not all(run.get("pixels") for run in runs):
         return None
@@ -235,15 +235,16 @@ def pixel_table(runs: list[dict], label: str = "scenario") -> str | None:
     against = lambda run, section, m: round(100 * (run[section][m] - run["pixels"][m]), 9)  # noqa: E731
     lines = [f"| {label} | seed | " + " | ".join(f"{m} pixels | round 0 − pixels | final − pixels" for m in shown)
              + " |", "|" + "---|" * (3 * len(shown) + 2)]
+    counted = [m for m in METRICS if m in shown]
     above = 0
     for run in sorted(runs, key=lambda r: (r["name"], r["seed"])):
-        above += all(against(run, "final", m) > 0 for m in shown)
+        above += all(against(run, "final", m) > 0 for m in counted)
         cells = " | ".join(f"{100 * run['pixels'][m]:.2f} | {against(run, 'initial', m):+.2f} | "
                            f"{against(run, 'final', m):+.2f}" for m in shown)
         lines.append(f"| {run['name']} | {run['seed']} | {cells} |")
     return ("\n".join(lines) + f"\n\nAgainst the raw pixels (the same kNN and probe on the images themselves, "
             f"a reference fixed by the evaluation data: `summary.json` `pixels`), in points. {above} of {len(runs)} "
-            f"final networks are above it on {', '.join(shown)}. Shown, not judged: the learning margins are "
+            f"final networks are above it on {', '.join(counted)}. Shown, not judged: the learning margins are "
             f"read over each run's own round 0.\n")
 
 

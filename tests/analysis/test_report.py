@@ -271,6 +271,11 @@ def test_the_pixel_table_puts_round_0_and_final_beside_the_raw_pixel_reference(t
     assert "| a | 0 | 52.00 | -2.00 | +3.00 | 65.00 | -5.00 | +5.00 |" in table
     assert "| a | 1 | 52.00 | -2.00 | -1.00 | 65.00 | -5.00 | +5.00 |" in table
     assert "1 of 2 final networks are above it on knn_top1, linear_top1" in table
+    # the count is of the kNN and the probe: a final below the pixels with 1% of the labels still counts
+    scarce = [{**run, "initial": {**run["initial"], "linear_top1_1pct": 0.3}, "final": {**run["final"], "linear_top1_1pct": 0.4},
+               "pixels": {**pixels, "linear_top1_1pct": 0.5}} for run in runs]
+    assert "| 50.00 | -20.00 | -10.00 |" in pixel_table(scarce)
+    assert "1 of 2 final networks are above it on knn_top1, linear_top1." in pixel_table(scarce)
     # fedssl report prints it; a run without the reference (older runs) leaves the table out
     assert main(["report", *map(str, dirs)]) == 0
     assert "| a | 0 | 52.00 | -2.00 | +3.00 |" in capsys.readouterr().out
