@@ -33,27 +33,24 @@ def evaluation_data_key(scenario: dict) -> str:
     return json.dumps([dataset, scenario["eval"], scenario["seed"], scenario["augment"]], sort_keys=True)
 
 
-def references(run_dirs: list[Path]) -> dict[str, dict[str, float]]:
-    """{run directory: its reference}, recorded or computed here."""
+def with_references(runs: list[dict]) -> list[dict]:
+    """The runs (:func:`analysis.report.read_run`), each with its reference: recorded, or computed here."""
     cache: dict[str, dict[str, float]] = {}
-    found = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for run_dir in run_dirs:
-            recorded = read_run(run_dir).get("pixels")
-            if recorded:
-                found[str(run_dir)] = recorded
+        for run in runs:
+            if run.get("pixels"):
                 continue
-            scenario = load_scenario(run_dir / "scenario.yaml")
+            scenario = load_scenario(Path(run["dir"]) / "scenario.yaml")
             key = evaluation_data_key(scenario)
             if key not in cache:
                 data = dataclasses.replace(load_eval_data(scenario), labelled_x=None, labelled_y=None)
                 cache[key] = summarize_evaluations(evaluate_networks(raw_pixels(), data, scenario))[0]
-            found[str(run_dir)] = cache[key]
+            run["pixels"] = cache[key]
     finally:
         torch.set_num_threads(threads)
-    return found
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,13 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write {run directory: reference} here")
     args = parser.parse_args(argv)
     try:
-        found = references(args.run_dirs)
-        runs = [{**read_run(d), "pixels": found[str(d)]} for d in args.run_dirs]
+        runs = with_references([read_run(d) for d in args.run_dirs])
     except (ValueError, OSError, DatasetUnavailable) as err:
         print(f"pixel_reference: error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        args.json.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+        args.json.write_text(json.dumps({run["dir"]: run["pixels"] for run in runs}, indent=1, sort_keys=True) + "\n")
     print(pixel_table(runs), end="")
     return 0
 

@@ -229,7 +229,11 @@ def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(r
 
 
 def metrics_without_timing(run_dir):
+    """The logged metrics by (round, name), but time and memory; a metric logged twice for a round
+    (e.g. the raw-pixel reference evaluated again after a resume) fails here."""
     rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    logged = [(r["round"], r["name"]) for r in rows]
+    assert len(logged) == len(set(logged)), "a metric logged twice for one round"
     return {(r["round"], r["name"]): r["value"] for r in rows if not r["name"].startswith(("time/", "memory/"))}
 
 
