@@ -42,7 +42,9 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
 
 
 def row_of(overrides: list[str], scenario: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    final = summary["final"] or {}
+    """One table row: the combination's values, its costs, and its final accuracies beside its
+    round-0 (random network) ones and the raw-pixel reference (``None`` where not evaluated)."""
+    final, initial, pixels = summary["final"] or {}, summary.get("initial") or {}, summary.get("pixels") or {}
     row = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides}
     row.update({
         "seconds_per_round": summary["steady_seconds_per_round"],
@@ -51,6 +53,8 @@ def row_of(overrides: list[str], scenario: dict[str, Any], summary: dict[str, An
         "workers_peak_mb": summary["peak_memory_mb"]["workers"],
         "bytes_per_round": summary["bytes_per_round"],
         "final_knn_top1": final.get("knn_top1"), "final_linear_top1": final.get("linear_top1"),
+        "round0_knn_top1": initial.get("knn_top1"), "round0_linear_top1": initial.get("linear_top1"),
+        "pixels_knn_top1": pixels.get("knn_top1"), "pixels_linear_top1": pixels.get("linear_top1"),
         "rounds": summary["rounds_completed"], "seconds_to_end_of_round_1": summary["seconds_to_end_of_round_1"],
     })
     return row

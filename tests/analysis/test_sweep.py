@@ -1,3 +1,5 @@
+import json
+
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -24,6 +26,12 @@ def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, caps
     assert [r["population.num_clients"] for r in rows] == ["4", "8"]
     assert all(r["samples_per_second"] > 0 and r["workers_peak_mb"] > 0 and r["bytes_per_round"] > 0 for r in rows)
     assert all(0 <= r["final_knn_top1"] <= 1 for r in rows)
+    for row in rows:  # each row's accuracies are its run's: final beside round 0 and the pixels
+        summary = json.loads((out / f"population.num_clients={row['population.num_clients']}" / "summary.json").read_text())
+        for metric in ("knn_top1", "linear_top1"):
+            assert row[f"final_{metric}"] == summary["final"][metric]
+            assert row[f"round0_{metric}"] == summary["initial"][metric]
+            assert row[f"pixels_{metric}"] == summary["pixels"][metric]
     for measure in ("seconds_per_round", "samples_per_second", "workers_peak_mb", "final_linear_top1"):
         assert (out / f"{measure}.png").read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr()
