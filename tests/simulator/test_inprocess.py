@@ -86,3 +86,24 @@ def test_an_in_process_run_never_imports_ray(synthetic_raw, tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "NO RAY"
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["rounds_completed"] == 2 and summary["final"]["linear_top1"] > 0
+
+
+def test_evaluations_leave_the_training_as_it_is(synthetic_raw, tmp_path):
+    """A run evaluated every round (fine-tuning included, a BatchNorm encoder whose statistics an
+    evaluation in train mode would move) trains bitwise as the same run never evaluated: the
+    evaluated networks are copies, and evaluation draws from none of the training's random streams
+    (so a scenario's numbers do not depend on ``eval.every``)."""
+    raw = {**with_overrides(synthetic_raw, {"model": {"norm": "batch"}, "training": {"rounds": 3}}),
+           "executor": "in_process"}
+    runs = {}
+    for name, evaluation in (("evaluated", {"every": 1, "finetune_steps": 2}), ("never", {"enabled": False})):
+        run_dir, _ = run_scenario(resolve({**raw, "eval": {**raw["eval"], **evaluation}}), str(tmp_path / name),
+                                  progress=False)
+        runs[name] = run_dir
+    evaluated, never = metrics_of(runs["evaluated"]), metrics_of(runs["never"])
+    assert any(name.startswith("eval/") for _, name in evaluated) and any(name.startswith("train/") for _, name in never)
+    assert {k: v for k, v in evaluated.items() if not k[1].startswith(("eval/", "reference/"))} == never
+    evaluated_state, never_state = flat_tensors(final_state(runs["evaluated"])), flat_tensors(final_state(runs["never"]))
+    assert never_state and sorted(evaluated_state) == sorted(never_state)
+    for key, tensor in never_state.items():
+        assert torch.equal(evaluated_state[key], tensor), key
