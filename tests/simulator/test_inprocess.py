@@ -1,6 +1,7 @@
 """The in-process executor: bitwise the metrics and the final global state of the same scenario on
 Ray, for every method (share passes, server state; stateful clients in worker pools: test_engine.py's
-tier-pool test), and no Ray imported."""
+tier-pool test), and no Ray imported; a run's training is the same whether or how often it is
+evaluated."""
 import json
 import subprocess
 import sys
