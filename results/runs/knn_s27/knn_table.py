@@ -1,12 +1,16 @@
-"""Paired kNN / probe gain differences (arm - as shipped) for the BatchNorm and jitter-0.8 arms (regime.md)."""
-import glob, json, os, statistics as st, sys
+"""Paired kNN / probe gain differences (arm - as shipped) for the BatchNorm and jitter-0.8 arms (regime.md).
+Run from the repository root: the interval is the project's (analysis.report.PairedDifference)."""
+import glob, os, sys
+from pathlib import Path
+
+from analysis.report import PairedDifference, read_run
+
 root = sys.argv[1] if len(sys.argv) > 1 else "/work/runs/s27/knn"
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
 NAMES = {"A": "as shipped", "K": "BatchNorm encoder", "G": "colour jitter 0.8"}
 runs = {}
 for p in sorted(glob.glob(f"{root}/*/summary.json")):
     arm, seed = os.path.basename(os.path.dirname(p)).split("_s")
-    d = json.load(open(p))
+    d = read_run(Path(p).parent)
     runs[(arm, int(seed))] = {m: (100 * d["initial"][m], 100 * d["final"][m]) for m in ("knn_top1", "linear_top1")} | {"min": d["wall_seconds"] / 60}
 print("| seed | arm | min | backbone kNN | linear probe | margins |\n|---|---|---|---|---|---|")
 for (arm, seed), r in sorted(runs.items(), key=lambda kv: (kv[0][1], "AKG".index(kv[0][0]))):
@@ -21,7 +25,7 @@ for arm in ("K", "G"):
         continue
     cells = []
     for m in ("knn_top1", "linear_top1"):
-        d = [gain(runs[(arm, s)], m) - gain(runs[("A", s)], m) for s in seeds]
-        mean, half = st.mean(d), T975[len(d) - 1] * st.stdev(d) / len(d) ** 0.5
-        cells.append(f"{mean:+.2f} [{mean - half:+.2f}, {mean + half:+.2f}] (per seed {', '.join(f'{x:+.2f}' for x in d)})")
+        diff = PairedDifference.of(tuple(seeds), tuple(gain(runs[(arm, s)], m) - gain(runs[("A", s)], m) for s in seeds))
+        low, high = diff.interval
+        cells.append(f"{diff.mean:+.2f} [{low:+.2f}, {high:+.2f}] (per seed {', '.join(f'{x:+.2f}' for x in diff.diffs)})")
     print(f"| {NAMES[arm]} | {', '.join(map(str, seeds))} | {cells[0]} | {cells[1]} |")
