@@ -2,7 +2,7 @@
 in the encoder or colour jitter 0.8 in `fedavg/simclr.yaml`..."): every run against the margins with its
 round-0 and final numbers, then the paired gain differences (arm - as shipped) per scenario.
 Run from the repository root: ``PYTHONPATH=. .venv/bin/python results/runs/ship_s28/ship_table.py DIR``
-(DIR holds run directories named ``[SCENARIO_]ARM_sSEED``; no SCENARIO is ``simclr``)."""
+(DIR holds run directories named ``[SCENARIO_]ARM_sSEED``; no SCENARIO is ``simclr``, ``cross`` is ``cross_device.yaml``)."""
 import re
 import sys
 from pathlib import Path
@@ -20,7 +20,8 @@ for summary in sorted(root.glob("*/summary.json")):
 scenarios = sorted({s for s, _, _ in runs}, key=lambda s: (s != "simclr", s))
 gain = lambda r, m: r[m][1] - r[m][0]  # noqa: E731
 for scenario in scenarios:
-    print(f"\n`fedavg/{scenario}.yaml`\n\n| seed | arm | min | backbone kNN | linear probe | margins |\n|---|---|---|---|---|---|")
+    path = "cross_device.yaml" if scenario == "cross" else f"fedavg/{scenario}.yaml"
+    print(f"\n`{path}`\n\n| seed | arm | min | backbone kNN | linear probe | margins |\n|---|---|---|---|---|---|")
     mine = {(a, s): r for (sc, a, s), r in runs.items() if sc == scenario}
     for (arm, seed), r in sorted(mine.items(), key=lambda kv: (kv[0][1], "AKG".index(kv[0][0]))):
         (k0, k1), (p0, p1) = r["knn_top1"], r["linear_top1"]
