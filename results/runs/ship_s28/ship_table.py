@@ -1,26 +1,34 @@
 """Tables of the twenty-eighth session's shipping protocol (results/regime.md, section "Shipping BatchNorm
 in the encoder or colour jitter 0.8 in `fedavg/simclr.yaml`..."): every run against the margins with its
 round-0 and final numbers, then the paired gain differences (arm - as shipped) per scenario.
-Run from the repository root: ``PYTHONPATH=. .venv/bin/python results/runs/ship_s28/ship_table.py DIR``
-(DIR holds run directories named ``[SCENARIO_]ARM_sSEED``; no SCENARIO is ``simclr``, ``cross`` is ``cross_device.yaml``)."""
+Run from the repository root: ``PYTHONPATH=. .venv/bin/python results/runs/ship_s28/ship_table.py [DIR | NAME=RUN_DIR] ...``
+(each DIR holds run directories named ``[SCENARIO_]ARM_sSEED``; NAME=RUN_DIR adds one run under such a name; no
+SCENARIO is ``simclr``, ``cross`` is ``cross_device.yaml``, ``quick`` is ``quickstart.yaml``)."""
 import re
 import sys
 from pathlib import Path
 
 from analysis.report import PairedDifference, read_run
 
-root = Path(sys.argv[1] if len(sys.argv) > 1 else "results/runs/ship_s28")
 NAMES = {"A": "as shipped", "K": "BatchNorm encoder", "G": "colour jitter 0.8"}
+PATHS = {"simclr": "fedavg/simclr.yaml", "cross": "cross_device.yaml", "quick": "quickstart.yaml"}
+named = {}
+for arg in sys.argv[1:] or ["results/runs/ship_s28"]:
+    if "=" in arg:
+        name, run_dir = arg.split("=", 1)
+        named[name] = Path(run_dir)
+    else:
+        named |= {summary.parent.name: summary.parent for summary in sorted(Path(arg).glob("*/summary.json"))}
 runs = {}
-for summary in sorted(root.glob("*/summary.json")):
-    scenario, arm, seed = re.fullmatch(r"(?:(.+)_)?([AKG])_s(\d+)", summary.parent.name).groups()
-    d = read_run(summary.parent)
+for name, run_dir in named.items():
+    scenario, arm, seed = re.fullmatch(r"(?:(.+)_)?([AKG])_s(\d+)", name).groups()
+    d = read_run(run_dir)
     runs[(scenario or "simclr", arm, int(seed))] = {
         m: (100 * d["initial"][m], 100 * d["final"][m]) for m in ("knn_top1", "linear_top1")} | {"min": d["wall_seconds"] / 60}
 scenarios = sorted({s for s, _, _ in runs}, key=lambda s: (s != "simclr", s))
 gain = lambda r, m: r[m][1] - r[m][0]  # noqa: E731
 for scenario in scenarios:
-    path = "cross_device.yaml" if scenario == "cross" else f"fedavg/{scenario}.yaml"
+    path = PATHS.get(scenario, f"fedavg/{scenario}.yaml")
     print(f"\n`{path}`\n\n| seed | arm | min | backbone kNN | linear probe | margins |\n|---|---|---|---|---|---|")
     mine = {(a, s): r for (sc, a, s), r in runs.items() if sc == scenario}
     for (arm, seed), r in sorted(mine.items(), key=lambda kv: (kv[0][1], "AKG".index(kv[0][0]))):
