@@ -1,6 +1,7 @@
 """Tables of the twenty-eighth session's shipping protocol (results/regime.md, section "Shipping BatchNorm
 in the encoder or colour jitter 0.8 in `fedavg/simclr.yaml`..."): every run against the margins with its
-round-0 and final numbers, then the paired gain differences (arm - as shipped) per scenario.
+round-0 and final numbers, then the paired gain differences (arm - as shipped) per scenario; it serves the
+twenty-ninth session's (section "Shipping colour jitter 0.8 in the quickstart...", ``results/runs/ship_s29``) too.
 Run from the repository root: ``PYTHONPATH=. .venv/bin/python results/runs/ship_s28/ship_table.py [DIR | NAME=RUN_DIR] ...``
 (each DIR holds run directories named ``[SCENARIO_]ARM_sSEED``; NAME=RUN_DIR adds one run under such a name; no
 SCENARIO is ``simclr``, ``cross`` is ``cross_device.yaml``, ``quick`` is ``quickstart.yaml``)."""
