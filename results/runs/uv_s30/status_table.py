@@ -1,12 +1,12 @@
 """The thirtieth session's status check (results/regime.md, section "The UV folder's scenarios run only on the
-search seed, on a fresh seed"): each run against the learning margins with its round-0 and final numbers, in
-the order the runs ran. Run: ``.venv/bin/python results/runs/uv_s30/status_table.py results/runs/uv_s30``."""
+search seed, on a fresh seed"): each run against the learning margins with its round-0 and final numbers, by
+run name (file mtimes do not survive a clone; the order the runs ran is `status.sh`'s). Run: ``.venv/bin/python results/runs/uv_s30/status_table.py results/runs/uv_s30``."""
 import json
 import sys
 from pathlib import Path
 
 print("| scenario | seed | rounds | min | backbone kNN | linear probe | margins |\n|---|---|---|---|---|---|---|")
-for d in sorted(Path(sys.argv[1]).glob("status_*_s*/summary.json"), key=lambda p: p.stat().st_mtime):
+for d in sorted(Path(sys.argv[1]).glob("status_*_s*/summary.json"), key=lambda p: p.parent.name):
     j = json.load(open(d))
     name, seed = d.parent.name[len("status_"):].rsplit("_s", 1)
     folder, file = name.split("_", 1)

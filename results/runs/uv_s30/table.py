@@ -19,7 +19,7 @@ def gains(run_dir):
 
 print("| file | seed | min | backbone kNN | linear probe | margins |\n|---|---|---|---|---|---|")
 mine = {}
-for summary in sorted(root.glob("*_BG_s*/summary.json"), key=lambda p: p.stat().st_mtime):
+for summary in sorted(root.glob("*_BG_s*/summary.json"), key=lambda p: p.parent.name):
     name, seed = summary.parent.name.split("_BG_s")
     j, g = gains(summary.parent)
     mine[(name, int(seed))] = g
