@@ -1,13 +1,11 @@
 """The thirty-first session's GPU screen (results/regime.md, "Twice the rounds for three pairs that missed on seed
 101: a screen on the lent GPU"): each run's backbone kNN and probe at the shipped budget R and at 2R (or the last
-evaluation a stopped run reached), as gains over its own round 0. Run: ``.venv/bin/python results/runs/gpu_s31/screen_table.py``."""
+evaluation a stopped run reached), as gains over its own round 0. Each run's ``scenario.yaml`` records
+twice its file's shipped rounds, so R is half of that. Run: ``.venv/bin/python results/runs/gpu_s31/screen_table.py``."""
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
-SHIPPED = {"covariate_shift_spectral": 40, "covariate_shift_spectral_uv": 40, "label_skew_spectral_semi10": 80,
-           "label_skew_spectral_uv_semi10": 80, "joint_shift_federated_simclr_semi10": 100,
-           "joint_shift_local_simclr_semi10": 100}
+import yaml
 
 print("| file | seed | round 0: kNN, probe | at R (shipped): kNN, probe | at 2R: kNN, probe | 2R clears both |\n|---|---|---|---|---|---|")
 for run in sorted((Path(__file__).parent / "runs").glob("*_s*/metrics.parquet"), key=lambda p: p.parent.name):
@@ -16,7 +14,7 @@ for run in sorted((Path(__file__).parent / "runs").glob("*_s*/metrics.parquet"),
     for row in pq.read_table(run).to_pylist():
         if row["name"] in ("eval/knn_top1", "eval/linear_top1"):
             evals.setdefault(row["round"], {})[row["name"][5:]] = 100 * row["value"]
-    r = SHIPPED[file]
+    r = yaml.safe_load((run.parent / "scenario.yaml").read_text())["training"]["rounds"] // 2
     k0, p0 = evals[0]["knn_top1"], evals[0]["linear_top1"]
 
     def at(n: int) -> str:
