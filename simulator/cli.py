@@ -58,6 +58,14 @@ def parser() -> argparse.ArgumentParser:
         if name == "evaluate":
             table.add_argument("--set", dest="overrides", action="append", default=[], metavar="eval.KEY=VALUE",
                                help="change an evaluation setting, e.g. --set eval.train_subset=null (repeatable)")
+    ledger = sub.add_parser("ledger", help="which shipped scenarios learn on which seeds: kept runs matched to the "
+                                           "scenario files as shipped, against the learning margins")
+    ledger.add_argument("runs", nargs="*", default=["results/runs"],
+                        help="folders searched for finished runs (default: results/runs)")
+    ledger.add_argument("--scenarios", default="scenarios", help="the shipped scenarios' folder (default: scenarios)")
+    ledger.add_argument("--margin", dest="margins", action="append", metavar="METRIC=POINTS",
+                        help="a learning margin over the run's round-0 network (repeatable; default: "
+                             "linear_top1=4 and knn_top1=2, the protocol's)")
     claim = sub.add_parser("claim", help="run a claim suite's unfinished runs, then print its table and verdict")
     claim.add_argument("suite", help="claim suite YAML file (claims/*.yaml)")
     claim.add_argument("--runs-dir", metavar="DIR", help="directory of the suite's runs (default: the suite's out)")
@@ -98,6 +106,19 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
     print("\n".join(tables), end="")
+    return 0
+
+
+def ledger(args) -> int:
+    """``fedssl ledger``."""
+    from analysis.ledger import ledger as ledger_text
+    from analysis.report import parse_margins
+    try:
+        text = ledger_text([Path(d) for d in args.runs], Path(args.scenarios), parse_margins(args.margins))
+    except (ValueError, OSError, ScenarioError) as err:
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
+    print(text)
     return 0
 
 
@@ -254,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         return study(args)
     if args.command == "claim":
         return claim(args)
+    if args.command == "ledger":
+        return ledger(args)
     try:
         if args.command == "run" and (args.resume is None) == (args.scenario is None):
             raise ScenarioError("fedssl run", "-", "expected a scenario file or --resume RUN_DIR (one of them)")

@@ -1,0 +1,248 @@
+"""The learning ledger: which shipped scenarios have been shown to learn, and on which seeds.
+
+Issue 15 asks that every shipped CPU scenario of a self-supervised method beat its own random
+round-0 network by the learning margins (``analysis.report.LEARNING_MARGINS``) on every seed it was
+run on. The runs that bear on that lie in many folders of experiments, most of them of settings
+that were tried and not shipped. This report matches each kept run to the scenario files as they
+are shipped now and reads the margins off the runs that match:
+
+- a run **is of** a shipped file when its stored scenario (``scenario.yaml``) equals the file
+  resolved at the run's seed, except at :data:`NEUTRAL` keys (they change neither what is trained
+  nor the margins' metrics) and at :data:`ABSENT_MEANS` keys missing from a record older than the
+  key (their default reproduces what ran before the key existed);
+- it is a **CPU** run: a run whose workers had a GPU is left out (GPU kernels are not the CPU's);
+- its code is **current** for that scenario: no commit after the run's code changed the scenario's
+  recorded 3-round baseline (``tests/scenarios_baseline.json``, which a change to what a scenario
+  computes re-records on purpose). Where a later commit did, the run is **stale**; where the run's
+  code is not recorded (runs before ``summary.json`` named it), carries uncommitted changes, is not
+  in this repository's history, or predates the baselines, it is **unknown**. Stale and unknown
+  runs are counted beside each scenario, not judged.
+
+Limits, said rather than hidden: a change to the evaluation code does not show in the baselines
+(they run without evaluation), and a run of a longer budget is not read at the shipped budget's
+round even where the two agree up to it (a constant learning rate), so such runs are not counted.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysis.claims import differing_keys
+from analysis.report import learning_verdict, points_over_round0, read_run
+from simulator.provenance import git
+from simulator.scenario import load_scenario
+
+# Keys that change neither what a run trains nor its margins' metrics: how often it is evaluated
+# (evaluations draw from no training random stream, and the last round is always evaluated), the
+# raw-pixel reference (a separate table), where its files go, and how its clients are spread over
+# workers and nodes (results do not depend on them; tests/simulator/test_engine.py).
+NEUTRAL = ("eval.every", "eval.pixel_reference", "output.", "ray.address", "ray.num_workers", "ray.worker_pools",
+           "ray.cuda_deterministic")
+# Keys added after runs were recorded, whose default reproduces the code before them (their commit
+# left every scenario's baseline bitwise unchanged): absent from an older record means this value.
+ABSENT_MEANS = {"training.drop_last": False}
+BASELINE = Path("tests/scenarios_baseline.json")
+
+
+def value_at(scenario: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        scenario = scenario.get(part) if isinstance(scenario, dict) else None
+    return scenario
+
+
+def differences(stored: dict, shipped: dict) -> list[str]:
+    """Dotted keys where a run's stored scenario differs from a shipped one in what it trains or measures."""
+    keys = []
+    for key in differing_keys(stored, shipped):
+        if any(key == n or (n.endswith(".") and key.startswith(n)) for n in NEUTRAL):
+            continue
+        if key in ABSENT_MEANS and value_at(stored, key) is None and value_at(shipped, key) == ABSENT_MEANS[key]:
+            continue
+        keys.append(key)
+    return keys
+
+
+def on_gpu(scenario: dict) -> bool:
+    """Whether a run's workers had a GPU."""
+    ray = scenario.get("ray") or {}
+    pools = ray.get("worker_pools") or []
+    return (ray.get("worker") or {}).get("num_gpus", 0) > 0 or any(p.get("num_gpus", 0) > 0 for p in pools)
+
+
+def self_supervised_fashion_mnist(scenarios_dir: Path, repo: Path) -> dict[str, dict]:
+    """The shipped Fashion-MNIST scenarios of a self-supervised method under ``scenarios_dir``, resolved,
+    by their path within ``repo``."""
+    shipped = {}
+    for path in sorted(scenarios_dir.resolve().rglob("*.yaml")):
+        scenario = load_scenario(path)
+        if scenario["dataset"]["name"] == "fashion_mnist" and scenario["method"].get("objective") != "supervised":
+            shipped[path.relative_to(repo).as_posix()] = scenario
+    return shipped
+
+
+class History:
+    """What the repository's git history says of a run's code (``root``: the repository)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        log = git(root, "log", "--format=%H", "--", str(BASELINE))
+        self.baseline_commits = log.split() if log else []  # newest first
+
+    @lru_cache(maxsize=None)
+    def baseline_at(self, commit: str) -> dict:
+        """The baseline's records at ``commit``, per scenario and CPU capability (the first baselines
+        held one capability's, named at the top)."""
+        text = git(self.root, "show", f"{commit}:{BASELINE}")
+        if not text:
+            return {}
+        baseline = json.loads(text)
+        if "cpu_capability" in baseline:
+            return {name: {baseline["cpu_capability"]: record} for name, record in baseline["scenarios"].items()}
+        return baseline["scenarios"]
+
+    @lru_cache(maxsize=None)
+    def changes(self, scenario_path: str) -> tuple[str, ...]:
+        """The commits that changed what ``scenario_path`` trains: its recorded baseline's final global
+        state differs on a CPU capability recorded before and after (a metric newly logged, or a count
+        such as bytes sent, is no change; nor is another machine's record added beside an unchanged
+        one; a record replaced by another machine's counts), and the commit changed the code
+        (``simulator/``, ``methods/``) or left the file as it was (a re-record that follows a change
+        to the file alone is the file's, which the stored scenario of a run already tells)."""
+        found = []
+        for commit in self.baseline_commits:
+            parent = git(self.root, "rev-parse", "--verify", "--quiet", f"{commit}^")
+            after = self.baseline_at(commit).get(scenario_path, {})
+            before = self.baseline_at(parent).get(scenario_path, {}) if parent else {}
+            common = set(after) & set(before)
+            differs = any(after[c]["state"] != before[c]["state"] for c in common)
+            if not (differs or (before and after and not common)):
+                continue
+            touched = (git(self.root, "diff", "--name-only", f"{commit}^", commit) or "").split()
+            if scenario_path not in touched or any(t.startswith(("simulator/", "methods/")) for t in touched):
+                found.append(commit)
+        return tuple(found)
+
+    @lru_cache(maxsize=None)
+    def full(self, commit: str) -> str | None:
+        return git(self.root, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+
+    @lru_cache(maxsize=None)
+    def contains(self, commit: str, ancestor: str) -> bool:
+        return git(self.root, "merge-base", "--is-ancestor", ancestor, commit) is not None
+
+    def code_state(self, code: list[str] | None, scenario_path: str) -> str:
+        """``current``, ``stale`` or ``unknown`` (module docstring) for a run's ``summary.json`` ``code``."""
+        if not code or not self.baseline_commits:
+            return "unknown"
+        states = set()
+        for line in code:
+            # "git 0123456789ab+modified" (uncommitted changes) names no commit git knows: unknown
+            commit = line.rpartition("git ")[2] if "git " in line else ""
+            full = self.full(commit) if commit else None
+            if full is None or not self.contains(full, self.baseline_commits[-1]):
+                return "unknown"
+            states.add("stale" if any(not self.contains(full, c) for c in self.changes(scenario_path)) else "current")
+        return "stale" if "stale" in states else "current"
+
+
+@dataclass
+class LedgerRun:
+    scenario: str  # the shipped file's path
+    seed: int
+    dir: str
+    code_state: str
+    run: dict  # analysis.report.read_run's
+
+
+def run_dirs(roots: list[Path]) -> list[Path]:
+    """The finished runs under ``roots`` (folders holding ``summary.json`` and ``scenario.yaml``)."""
+    found = []
+    for root in roots:
+        if not root.is_dir():
+            raise ValueError(f"{root}: no such directory of runs")
+        found += [p.parent for p in root.rglob("summary.json") if (p.parent / "scenario.yaml").exists()]
+    return sorted(set(found))
+
+
+def match_runs(shipped: dict[str, dict], dirs: list[Path], history: History) -> list[LedgerRun]:
+    """The CPU runs of each shipped file as shipped, with their code's state (``shipped``: resolved
+    scenarios by path within ``history.root``, the repository)."""
+    by_name: dict[str, list[str]] = {}
+    for path, scenario in shipped.items():
+        by_name.setdefault(scenario["name"], []).append(path)
+    matched = []
+    for run_dir in dirs:
+        stored = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+        if on_gpu(stored):
+            continue
+        for path in by_name.get(stored.get("name"), []):
+            if not differences(stored, load_scenario(history.root / path, [f"seed={stored['seed']}"])):
+                run = read_run(run_dir)
+                matched.append(LedgerRun(path, stored["seed"], str(run_dir), history.code_state(run.get("code"), path), run))
+    return matched
+
+
+def gains(run: dict, margins: dict[str, float]) -> str:
+    short = {"knn_top1": "kNN", "linear_top1": "probe"}
+    return ", ".join(f"{short.get(m, m)} {points_over_round0(run, m):+.2f}" for m in margins)
+
+
+def seeds_text(runs: list[LedgerRun], margins: dict[str, float]) -> tuple[str, str]:
+    """(the seeds ``runs`` clear the margins on, the seeds they miss on with their gains)."""
+    cleared = [r for r in runs if learning_verdict(r.run, margins) == "clears the margins"]
+    missed = [r for r in runs if r not in cleared]
+    return (", ".join(str(r.seed) for r in cleared) or "—",
+            "; ".join(f"**{r.seed}** ({gains(r.run, margins)})" for r in missed) or "—")
+
+
+def ledger_tables(shipped: dict[str, dict], matched: list[LedgerRun], margins: dict[str, float]) -> str:
+    """Per shipped scenario: the seeds its runs of current code clear and miss on, and apart from them
+    those of its runs whose code is unknown or stale; then every matched run; then the count of
+    scenarios that clear on every seed run of current code."""
+    rows, run_rows = [], []
+    clear_every, miss_some, none_current = [], [], []
+    for path in shipped:
+        runs = sorted((r for r in matched if r.scenario == path), key=lambda r: (r.seed, r.dir))
+        current = [r for r in runs if r.code_state == "current"]
+        other = [r for r in runs if r.code_state != "current"]
+        cleared, missed = seeds_text(current, margins)
+        other_text = ""
+        if other:
+            states = " or ".join(sorted({r.code_state for r in other}))
+            other_cleared, other_missed = seeds_text(other, margins)
+            other_text = f"{states}: cleared {other_cleared}; missed {other_missed}"
+        rows.append(f"| `{path}` | {cleared} | {missed} | {other_text} |")
+        (none_current if not current else miss_some if missed != "—" else clear_every).append(path)
+        for r in runs:
+            run_rows.append(f"| `{path}` | {r.seed} | `{r.dir}` | {r.code_state} | {gains(r.run, margins)} | "
+                            f"{learning_verdict(r.run, margins)} |")
+    margin_text = ", ".join(f"{m} +{p:g}" for m, p in margins.items())
+    return "\n".join([
+        "| shipped scenario | seeds cleared | seeds missed (gain over round 0, points) | runs of unknown or stale code |",
+        "|---|---|---|---|", *rows, "",
+        "| shipped scenario | seed | run | code | gain over round 0 (points) | learned? |",
+        "|---|---|---|---|---|---|", *run_rows, "",
+        f"Margins: {margin_text} over each run's own round-0 network. Counted: the CPU runs of each file as "
+        f"shipped whose code is current (analysis/ledger.py); runs of unknown or stale code are shown apart "
+        f"and decide nothing. Of {len(shipped)} shipped self-supervised Fashion-MNIST scenarios: "
+        f"{len(clear_every)} clear on every seed run, {len(miss_some)} miss on some seed, "
+        f"{len(none_current)} have no run of current code."])
+
+
+def ledger(run_roots: list[Path], scenarios_dir: Path, margins: dict[str, float]) -> str:
+    """``fedssl ledger``: the tables of :func:`ledger_tables` for the shipped scenarios under
+    ``scenarios_dir`` (their paths as the repository holding it names them; the history is that
+    repository's, or none outside one) and the runs under ``run_roots``."""
+    if not scenarios_dir.is_dir():
+        raise ValueError(f"{scenarios_dir}: no such directory of scenarios")
+    top = git(scenarios_dir, "rev-parse", "--show-toplevel")
+    repo = Path(top).resolve() if top else scenarios_dir.resolve().parent
+    shipped = self_supervised_fashion_mnist(scenarios_dir, repo)
+    if not shipped:
+        raise ValueError(f"{scenarios_dir}: no Fashion-MNIST scenario of a self-supervised method in it")
+    return ledger_tables(shipped, match_runs(shipped, run_dirs(run_roots), History(repo)), margins)

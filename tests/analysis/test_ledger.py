@@ -1,0 +1,179 @@
+"""``fedssl ledger`` (analysis/ledger.py): kept runs matched to the shipped scenario files, judged
+against the learning margins only where their code is current, in a throwaway git repository whose
+history the tests write."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.ledger import History, differences, ledger, match_runs, on_gpu, self_supervised_fashion_mnist
+from analysis.report import parse_margins
+from simulator.cli import main
+from simulator.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=ENV).stdout.strip()
+
+
+def commit(repo: Path, message: str, baseline: dict | None = None, files: dict[str, str] | None = None) -> str:
+    """Write ``files`` and the baseline's records ({scenario: {capability: record}}), commit, return the hash."""
+    for name, text in (files or {}).items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    if baseline is not None:
+        (repo / "tests").mkdir(exist_ok=True)
+        (repo / "tests/scenarios_baseline.json").write_text(json.dumps({"scenarios": baseline}))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def record(state: str, *metrics: str) -> dict:
+    return {"metrics": {m: "0x1.0p+0" for m in ("1/loss", *metrics)}, "state": state}
+
+
+@pytest.fixture()
+def history(tmp_path):
+    """A repository with one self-supervised scenario (the quickstart's file), a supervised one, and a
+    history: c0 no baseline yet; c1 first baseline; c2 a code change that changes the scenario's final
+    state; c3 another machine's record added beside it; c4 the scenario file changed and re-recorded
+    without code; c5 a metric newly logged (state unchanged). Only c2 changed what the file trains."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    quickstart = (REPO / "scenarios/quickstart.yaml").read_text()
+    name = "scenarios/quickstart.yaml"
+    c = {"c0": commit(repo, "code", files={"simulator/x.py": "a = 1\n", name: quickstart,
+                                             "scenarios/fedavg/supervised.yaml":
+                                                 (REPO / "scenarios/fedavg/supervised.yaml").read_text()})}
+    c["c1"] = commit(repo, "baseline", {name: {"AVX2": record("s1")}})
+    c["c2"] = commit(repo, "a fix", {name: {"AVX2": record("s2")}}, {"simulator/x.py": "a = 2\n"})
+    c["c3"] = commit(repo, "add AVX512", {name: {"AVX2": record("s2"), "AVX512": record("t2")}})
+    c["c4"] = commit(repo, "the file changes", {name: {"AVX2": record("s3"), "AVX512": record("t3")}},
+                     {name: quickstart.replace("rounds: 100", "rounds: 99")})
+    c["c5"] = commit(repo, "a new metric", {name: {"AVX2": record("s3", "0/clients/online"),
+                                                   "AVX512": record("t3", "0/clients/online")}})
+    return repo, c
+
+
+def code(commit_hash: str) -> list[str]:
+    return [f"fedssl 0.1.0, git {commit_hash[:12]}"]
+
+
+def test_only_a_code_change_of_the_trained_state_makes_earlier_runs_stale(history):
+    repo, c = history
+    h = History(repo)
+    assert h.changes("scenarios/quickstart.yaml") == (c["c2"],)
+    state = {k: h.code_state(code(v), "scenarios/quickstart.yaml") for k, v in c.items()}
+    assert state == {"c0": "unknown", "c1": "stale", "c2": "current", "c3": "current", "c4": "current",
+                     "c5": "current"}
+    assert h.code_state(None, "scenarios/quickstart.yaml") == "unknown"
+    assert h.code_state([code(c["c5"])[0] + "+modified"], "scenarios/quickstart.yaml") == "unknown"
+    assert h.code_state(["fedssl 0.1.0, git 0123456789ab"], "scenarios/quickstart.yaml") == "unknown"
+    # a resumed run: one session's code before the fix makes it stale
+    assert h.code_state(code(c["c1"]) + code(c["c3"]), "scenarios/quickstart.yaml") == "stale"
+
+
+def test_the_first_baselines_one_capability_format_is_read(history):
+    repo, c = history
+    (repo / "tests/scenarios_baseline.json").write_text(json.dumps(
+        {"cpu_capability": "AVX2", "scenarios": {"scenarios/quickstart.yaml": record("s9")}}))
+    fixed = commit(repo, "old format, new state, code", files={"simulator/x.py": "a = 3\n"})
+    assert History(repo).changes("scenarios/quickstart.yaml") == (fixed, c["c2"])
+
+
+def test_neutral_keys_and_keys_older_records_lack_do_not_separate_a_run_from_its_file():
+    shipped = load_scenario(REPO / "scenarios/quickstart.yaml", ["seed=3"])
+    stored = json.loads(json.dumps(shipped))
+    stored["eval"]["every"] = 50
+    stored["output"]["dir"] = "elsewhere"
+    stored["ray"]["num_workers"] = 1
+    del stored["eval"]["pixel_reference"], stored["training"]["drop_last"]
+    assert differences(stored, shipped) == []
+    stored["training"]["drop_last"] = True
+    stored["augment"]["brightness"] = 0.4
+    assert differences(stored, shipped) == ["augment.brightness", "training.drop_last"]
+    assert not on_gpu(stored)
+    stored["ray"]["worker"]["num_gpus"] = 0.5
+    assert on_gpu(stored)
+    assert on_gpu({"ray": {"worker": {"num_gpus": 0}, "worker_pools": [{"name": "a", "num_gpus": 1}]}})
+
+
+def write_run(runs: Path, label: str, scenario: dict, probe: float, knn: float, code_lines: list[str] | None):
+    run = runs / label
+    run.mkdir(parents=True)
+    (run / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    (run / "summary.json").write_text(json.dumps({
+        "initial": {"knn_top1": 0.60, "linear_top1": 0.70},
+        "final": {"knn_top1": 0.60 + knn / 100, "linear_top1": 0.70 + probe / 100},
+        "rounds_completed": scenario["training"]["rounds"], "code": code_lines}))
+
+
+def test_the_ledger_judges_the_runs_of_each_shipped_file_with_current_code(history, tmp_path, capsys):
+    repo, c = history
+    runs = tmp_path / "runs"
+    path = repo / "scenarios/quickstart.yaml"
+
+    def at(seed: int, *overrides: str) -> dict:
+        return load_scenario(path, [f"seed={seed}", *overrides])
+    head = code(c["c5"])
+    write_run(runs, "clears", at(1), probe=5.0, knn=3.0, code_lines=head)
+    write_run(runs, "misses", at(2), probe=3.0, knn=3.0, code_lines=head)
+    neutral = at(3, "eval.every=50", "ray.num_workers=1")
+    del neutral["training"]["drop_last"]
+    write_run(runs, "a/neutral", neutral, probe=4.0, knn=2.0, code_lines=head)
+    write_run(runs, "other_setting", at(4, "augment.brightness=0.4"), probe=9.0, knn=9.0, code_lines=head)
+    gpu = at(5)  # worker pools are neutral (where clients run), but a pool with a GPU is not a CPU run
+    gpu["ray"]["worker_pools"] = [{"name": "small_cnn", "count": 1, "num_cpus": 1, "num_gpus": 1}]
+    write_run(runs, "gpu", gpu, probe=1.0, knn=1.0, code_lines=head)
+    write_run(runs, "no_code", at(6), probe=2.0, knn=5.0, code_lines=None)
+    write_run(runs, "before_fix", at(7), probe=5.0, knn=5.0, code_lines=code(c["c1"]))
+    write_run(runs, "supervised", load_scenario(repo / "scenarios/fedavg/supervised.yaml", ["seed=1"]),
+              probe=0.0, knn=0.0, code_lines=head)
+
+    shipped = self_supervised_fashion_mnist(repo / "scenarios", repo)
+    assert list(shipped) == ["scenarios/quickstart.yaml"]
+    matched = match_runs(shipped, sorted(p for p in runs.rglob("*") if (p / "summary.json").exists()), History(repo))
+    assert sorted((r.seed, r.code_state) for r in matched) == [(1, "current"), (2, "current"), (3, "current"),
+                                                              (6, "unknown"), (7, "stale")]
+    text = ledger([runs], repo / "scenarios", parse_margins(None))
+    assert ("| `scenarios/quickstart.yaml` | 1, 3 | **2** (probe +3.00, kNN +3.00) | stale or unknown: "
+            "cleared 7; missed **6** (probe +2.00, kNN +5.00) |") in text
+    assert text.endswith("Of 1 shipped self-supervised Fashion-MNIST scenarios: 0 clear on every seed run, "
+                         "1 miss on some seed, 0 have no run of current code.")
+    # a margin given on the command line changes the verdicts: probe +3 clears a margin of 3
+    assert main(["ledger", str(runs), "--scenarios", str(repo / "scenarios"), "--margin", "linear_top1=3",
+                 "--margin", "knn_top1=2"]) == 0
+    assert "1 clear on every seed run, 0 miss on some seed" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line_and_exit_2(history, tmp_path, capsys):
+    repo, _ = history
+    assert main(["ledger", str(tmp_path / "nowhere"), "--scenarios", str(repo / "scenarios")]) == 2
+    assert capsys.readouterr().err == f"fedssl: error: {tmp_path / 'nowhere'}: no such directory of runs\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["ledger", str(empty), "--scenarios", str(empty)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_outside_a_repository_every_run_is_of_unknown_code(history, tmp_path):
+    repo, c = history
+    plain = tmp_path / "plain"
+    shutil.copytree(repo / "scenarios", plain / "scenarios")
+    runs = tmp_path / "runs"
+    write_run(runs, "r", load_scenario(plain / "scenarios/quickstart.yaml", ["seed=1"]), 5.0, 3.0, code(c["c5"]))
+    text = ledger([runs], plain / "scenarios", parse_margins(None))
+    assert "stale or unknown: cleared 1" not in text and "unknown: cleared 1; missed —" in text
