@@ -16,7 +16,7 @@ are shipped now and reads the margins off the runs that match:
   computes re-records on purpose). Where a later commit did, the run is **stale**; where the run's
   code is not recorded (runs before ``summary.json`` named it), carries uncommitted changes, is not
   in this repository's history, or predates the baselines, it is **unknown**. Stale and unknown
-  runs are counted beside each scenario, not judged.
+  runs are shown apart, with their verdicts, and decide nothing.
 
 Limits, said rather than hidden: a change to the evaluation code does not show in the baselines
 (they run without evaluation), and a run of a longer budget is not read at the shipped budget's
@@ -40,7 +40,8 @@ from simulator.scenario import load_scenario
 # Keys that change neither what a run trains nor its margins' metrics: how often it is evaluated
 # (evaluations draw from no training random stream, and the last round is always evaluated), the
 # raw-pixel reference (a separate table), where its files go, and how its clients are spread over
-# workers and nodes (results do not depend on them; tests/simulator/test_engine.py).
+# workers, tier pools and nodes (results do not depend on them: tests/simulator/test_engine.py,
+# test_multinode.py).
 NEUTRAL = ("eval.every", "eval.pixel_reference", "output.", "ray.address", "ray.num_workers", "ray.worker_pools",
            "ray.cuda_deterministic")
 # Keys added after runs were recorded, whose default reproduces the code before them (their commit
