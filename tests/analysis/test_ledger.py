@@ -88,10 +88,15 @@ def test_only_a_code_change_of_the_trained_state_makes_earlier_runs_stale(histor
 
 def test_the_first_baselines_one_capability_format_is_read(history):
     repo, c = history
-    (repo / "tests/scenarios_baseline.json").write_text(json.dumps(
-        {"cpu_capability": "AVX2", "scenarios": {"scenarios/quickstart.yaml": record("s9")}}))
-    fixed = commit(repo, "old format, new state, code", files={"simulator/x.py": "a = 3\n"})
-    assert History(repo).changes("scenarios/quickstart.yaml") == (fixed, c["c2"])
+
+    def old_format(state: str, *metrics: str) -> None:
+        (repo / "tests/scenarios_baseline.json").write_text(json.dumps(
+            {"cpu_capability": "AVX2", "scenarios": {"scenarios/quickstart.yaml": record(state, *metrics)}}))
+    old_format("s9")
+    changed = commit(repo, "old format, a new state, code", files={"simulator/x.py": "a = 3\n"})
+    old_format("s9", "0/clients/online")
+    commit(repo, "old format, the same state, code", files={"simulator/x.py": "a = 4\n"})
+    assert History(repo).changes("scenarios/quickstart.yaml") == (changed, c["c2"])
 
 
 def test_neutral_keys_and_keys_older_records_lack_do_not_separate_a_run_from_its_file():
