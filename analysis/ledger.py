@@ -35,7 +35,7 @@ import yaml
 from analysis.claims import differing_keys
 from analysis.report import learning_verdict, points_over_round0, read_run
 from simulator.provenance import git
-from simulator.scenario import load_scenario
+from simulator.scenario import load_scenario, lookup
 
 # Keys that change neither what a run trains nor its margins' metrics: how often it is evaluated
 # (evaluations draw from no training random stream, and the last round is always evaluated), the
@@ -51,9 +51,11 @@ BASELINE = Path("tests/scenarios_baseline.json")
 
 
 def value_at(scenario: dict, dotted: str) -> Any:
-    for part in dotted.split("."):
-        scenario = scenario.get(part) if isinstance(scenario, dict) else None
-    return scenario
+    """``scenario``'s value at ``dotted``; None where a record lacks the key."""
+    try:
+        return lookup(scenario, dotted)
+    except (KeyError, TypeError):
+        return None
 
 
 def differences(stored: dict, shipped: dict) -> list[str]:
@@ -116,17 +118,22 @@ class History:
         to the file alone is the file's, which the stored scenario of a run already tells)."""
         found = []
         for commit in self.baseline_commits:
-            parent = git(self.root, "rev-parse", "--verify", "--quiet", f"{commit}^")
+            parent, touched = self.parent_and_touched(commit)
             after = self.baseline_at(commit).get(scenario_path, {})
             before = self.baseline_at(parent).get(scenario_path, {}) if parent else {}
             common = set(after) & set(before)
             differs = any(after[c]["state"] != before[c]["state"] for c in common)
             if not (differs or (before and after and not common)):
                 continue
-            touched = (git(self.root, "diff", "--name-only", f"{commit}^", commit) or "").split()
             if scenario_path not in touched or any(t.startswith(("simulator/", "methods/")) for t in touched):
                 found.append(commit)
         return tuple(found)
+
+    @lru_cache(maxsize=None)
+    def parent_and_touched(self, commit: str) -> tuple[str | None, tuple[str, ...]]:
+        """``commit``'s parent (None for a root commit) and the paths it changed."""
+        parent = git(self.root, "rev-parse", "--verify", "--quiet", f"{commit}^")
+        return parent, tuple((git(self.root, "diff", "--name-only", parent, commit) or "").split()) if parent else ()
 
     @lru_cache(maxsize=None)
     def full(self, commit: str) -> str | None:
@@ -154,10 +161,8 @@ class History:
 @dataclass
 class LedgerRun:
     scenario: str  # the shipped file's path
-    seed: int
-    dir: str
     code_state: str
-    run: dict  # analysis.report.read_run's
+    run: dict  # analysis.report.read_run's (its "seed", "dir")
 
 
 def run_dirs(roots: list[Path]) -> list[Path]:
@@ -172,7 +177,8 @@ def run_dirs(roots: list[Path]) -> list[Path]:
 
 def match_runs(shipped: dict[str, dict], dirs: list[Path], history: History) -> list[LedgerRun]:
     """The CPU runs of each shipped file as shipped, with their code's state (``shipped``: resolved
-    scenarios by path within ``history.root``, the repository)."""
+    scenarios by path within ``history.root``, the repository). A file resolved at a run's seed is the
+    file resolved with that seed put in: nothing else a scenario resolves to depends on the seed."""
     by_name: dict[str, list[str]] = {}
     for path, scenario in shipped.items():
         by_name.setdefault(scenario["name"], []).append(path)
@@ -182,9 +188,9 @@ def match_runs(shipped: dict[str, dict], dirs: list[Path], history: History) -> 
         if on_gpu(stored):
             continue
         for path in by_name.get(stored.get("name"), []):
-            if not differences(stored, load_scenario(history.root / path, [f"seed={stored['seed']}"])):
+            if not differences(stored, {**shipped[path], "seed": stored["seed"]}):
                 run = read_run(run_dir)
-                matched.append(LedgerRun(path, stored["seed"], str(run_dir), history.code_state(run.get("code"), path), run))
+                matched.append(LedgerRun(path, history.code_state(run.get("code"), path), run))
     return matched
 
 
@@ -197,8 +203,8 @@ def seeds_text(runs: list[LedgerRun], margins: dict[str, float]) -> tuple[str, s
     """(the seeds ``runs`` clear the margins on, the seeds they miss on with their gains)."""
     cleared = [r for r in runs if learning_verdict(r.run, margins) == "clears the margins"]
     missed = [r for r in runs if r not in cleared]
-    return (", ".join(str(r.seed) for r in cleared) or "—",
-            "; ".join(f"**{r.seed}** ({gains(r.run, margins)})" for r in missed) or "—")
+    return (", ".join(str(r.run["seed"]) for r in cleared) or "—",
+            "; ".join(f"**{r.run['seed']}** ({gains(r.run, margins)})" for r in missed) or "—")
 
 
 def ledger_tables(shipped: dict[str, dict], matched: list[LedgerRun], margins: dict[str, float]) -> str:
@@ -208,7 +214,7 @@ def ledger_tables(shipped: dict[str, dict], matched: list[LedgerRun], margins: d
     rows, run_rows = [], []
     clear_every, miss_some, none_current = [], [], []
     for path in shipped:
-        runs = sorted((r for r in matched if r.scenario == path), key=lambda r: (r.seed, r.dir))
+        runs = sorted((r for r in matched if r.scenario == path), key=lambda r: (r.run["seed"], r.run["dir"]))
         current = [r for r in runs if r.code_state == "current"]
         other = [r for r in runs if r.code_state != "current"]
         cleared, missed = seeds_text(current, margins)
@@ -220,7 +226,7 @@ def ledger_tables(shipped: dict[str, dict], matched: list[LedgerRun], margins: d
         rows.append(f"| `{path}` | {cleared} | {missed} | {other_text} |")
         (none_current if not current else miss_some if missed != "—" else clear_every).append(path)
         for r in runs:
-            run_rows.append(f"| `{path}` | {r.seed} | `{r.dir}` | {r.code_state} | {gains(r.run, margins)} | "
+            run_rows.append(f"| `{path}` | {r.run['seed']} | `{r.run['dir']}` | {r.code_state} | {gains(r.run, margins)} | "
                             f"{learning_verdict(r.run, margins)} |")
     margin_text = ", ".join(f"{m} +{p:g}" for m, p in margins.items())
     return "\n".join([

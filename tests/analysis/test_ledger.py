@@ -151,7 +151,7 @@ def test_the_ledger_judges_the_runs_of_each_shipped_file_with_current_code(histo
     shipped = self_supervised_fashion_mnist(repo / "scenarios", repo)
     assert list(shipped) == ["scenarios/quickstart.yaml"]
     matched = match_runs(shipped, sorted(p for p in runs.rglob("*") if (p / "summary.json").exists()), History(repo))
-    assert sorted((r.seed, r.code_state) for r in matched) == [(1, "current"), (2, "current"), (3, "current"),
+    assert sorted((r.run["seed"], r.code_state) for r in matched) == [(1, "current"), (2, "current"), (3, "current"),
                                                               (6, "unknown"), (7, "stale")]
     text = ledger([runs], repo / "scenarios", parse_margins(None))
     assert ("| `scenarios/quickstart.yaml` | 1, 3 | **2** (probe +3.00, kNN +3.00) | stale or unknown: "
