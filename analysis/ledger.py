@@ -25,6 +25,7 @@ round even where the two agree up to it (a constant learning rate), so such runs
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -199,12 +200,19 @@ def gains(run: dict, margins: dict[str, float]) -> str:
     return ", ".join(f"{short.get(m, m)} {points_over_round0(run, m):+.2f}" for m in margins)
 
 
+def counted(entries: list[str]) -> list[str]:
+    """``entries`` in order, each written once, as "ENTRY (N runs)" where N runs gave it (a seed run
+    again: a cleared seed once with its count, a missed seed once per distinct gains)."""
+    counts = Counter(entries)
+    return [entry if counts[entry] == 1 else f"{entry} ({counts[entry]} runs)" for entry in dict.fromkeys(entries)]
+
+
 def seeds_text(runs: list[LedgerRun], margins: dict[str, float]) -> tuple[str, str]:
     """(the seeds ``runs`` clear the margins on, the seeds they miss on with their gains)."""
     cleared = [r for r in runs if learning_verdict(r.run, margins) == "clears the margins"]
     missed = [r for r in runs if r not in cleared]
-    return (", ".join(str(r.run["seed"]) for r in cleared) or "—",
-            "; ".join(f"**{r.run['seed']}** ({gains(r.run, margins)})" for r in missed) or "—")
+    return (", ".join(counted([str(r.run["seed"]) for r in cleared])) or "—",
+            "; ".join(counted([f"**{r.run['seed']}** ({gains(r.run, margins)})" for r in missed])) or "—")
 
 
 def ledger_tables(shipped: dict[str, dict], matched: list[LedgerRun], margins: dict[str, float]) -> str:

@@ -136,6 +136,9 @@ def test_the_ledger_judges_the_runs_of_each_shipped_file_with_current_code(histo
     head = code(c["c5"])
     write_run(runs, "clears", at(1), probe=5.0, knn=3.0, code_lines=head)
     write_run(runs, "misses", at(2), probe=3.0, knn=3.0, code_lines=head)
+    write_run(runs, "misses_again", at(2), probe=3.0, knn=3.0, code_lines=head)  # a seed run twice: one entry
+    write_run(runs, "misses_differently", at(2), probe=3.5, knn=3.0, code_lines=head)  # other gains: apart
+    write_run(runs, "clears_again", at(1), probe=6.0, knn=3.0, code_lines=head)
     neutral = at(3, "eval.every=50", "ray.num_workers=1")
     del neutral["training"]["drop_last"]
     write_run(runs, "a/neutral", neutral, probe=4.0, knn=2.0, code_lines=head)
@@ -151,10 +154,12 @@ def test_the_ledger_judges_the_runs_of_each_shipped_file_with_current_code(histo
     shipped = self_supervised_fashion_mnist(repo / "scenarios", repo)
     assert list(shipped) == ["scenarios/quickstart.yaml"]
     matched = match_runs(shipped, sorted(p for p in runs.rglob("*") if (p / "summary.json").exists()), History(repo))
-    assert sorted((r.run["seed"], r.code_state) for r in matched) == [(1, "current"), (2, "current"), (3, "current"),
+    assert sorted((r.run["seed"], r.code_state) for r in matched) == [(1, "current"), (1, "current"), (2, "current"),
+                                                              (2, "current"), (2, "current"), (3, "current"),
                                                               (6, "unknown"), (7, "stale")]
     text = ledger([runs], repo / "scenarios", parse_margins(None))
-    assert ("| `scenarios/quickstart.yaml` | 1, 3 | **2** (probe +3.00, kNN +3.00) | stale or unknown: "
+    assert ("| `scenarios/quickstart.yaml` | 1 (2 runs), 3 | **2** (probe +3.00, kNN +3.00) (2 runs); "
+            "**2** (probe +3.50, kNN +3.00) | stale or unknown: "
             "cleared 7; missed **6** (probe +2.00, kNN +5.00) |") in text
     assert text.endswith("Of 1 shipped self-supervised Fashion-MNIST scenarios: 0 clear on every seed run, "
                          "1 miss on some seed, 0 have no run of current code.")
