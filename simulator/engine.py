@@ -32,7 +32,7 @@ from simulator.data.store import PartitionReader, prepare_partition
 from simulator.federation import (RunFailure, Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost,
                                   bytes_down_metrics, prepare_worker_device, route_cohort, run_passes, simulate_clients,
                                   worker_device, worker_pools)
-from simulator.resources import memory_mb, process_numerics, threads
+from simulator.resources import memory_mb, pin_thread_count, process_numerics, threads
 
 
 def start_ray(address: str | None) -> None:
@@ -371,7 +371,7 @@ class EvaluatorInDriver:
         threading.Thread(target=self.serve, name="fedssl-evaluator", daemon=True).start()
 
     def serve(self) -> None:
-        torch.set_num_threads(1)
+        pin_thread_count(1)
         while (job := self.queue.get()) is not None:
             networks, future = job
             if future.set_running_or_notify_cancel():

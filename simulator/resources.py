@@ -156,6 +156,20 @@ def process_start_time() -> float | None:
     return boot + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
+def pin_thread_count(count: int) -> None:
+    """``torch``'s intra-op thread count of the calling thread set to ``count``, to stay.
+
+    A bare ``torch.set_num_threads`` in a new thread does not stay: torch sets each thread's
+    OpenMP count lazily, at the thread's first parallel operation, to the count last set by *any*
+    thread of the process. In a thread of the driver that set ``count`` and then waited, the first
+    operation took whatever the driver's own thread had set meanwhile (1 inside a worker slot's
+    share, the driver's default outside it), so the evaluator thread ran some runs on 1 thread and
+    others on 2, and its linear probe differed in its last digits between them. Asking for the
+    count first runs that lazy initialisation, so the count set after it is the thread's own."""
+    torch.get_num_threads()
+    torch.set_num_threads(count)
+
+
 class threads:
     """``torch``'s intra-op thread count set to ``count`` inside the block (restored after)."""
 

@@ -461,3 +461,35 @@ def test_sigterm_reaches_the_drivers_handler_after_ray_started_in_another_thread
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "handled"
     assert "SIGTERM received" not in done.stderr, done.stderr[-3000:]
+
+
+def test_the_evaluator_thread_computes_on_one_thread_whatever_the_driver_set_after_it_started(monkeypatch):
+    # torch gives a thread its count lazily, at its first parallel operation, from the count last set
+    # by any thread: here the driver sets 2 between the evaluator's start and its first evaluation
+    import simulator.engine as engine
+    started, go = threading.Event(), threading.Event()
+
+    def load_eval_data(scenario):
+        started.set()
+        go.wait(10)
+        return "data"
+
+    def evaluate_networks(networks, data, scenario):
+        x = torch.rand(256, 256)
+        (x @ x).sum().item()  # a parallel operation first, then the count it ran with
+        return {"threads": torch.get_num_threads()}
+
+    monkeypatch.setattr(engine, "load_eval_data", load_eval_data)
+    monkeypatch.setattr(engine, "evaluate_networks", evaluate_networks)
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        evaluator = engine.EvaluatorInDriver({})
+        evaluation = evaluator.submit({})
+        assert started.wait(10)
+        torch.set_num_threads(2)  # the driver leaves a worker slot's share
+        go.set()
+        assert evaluator.result(evaluation) == {"threads": 1}
+        evaluator.kill()
+    finally:
+        torch.set_num_threads(saved)
