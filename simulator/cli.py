@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     ledger.add_argument("--margin", dest="margins", action="append", metavar="METRIC=POINTS",
                         help="a learning margin over the run's round-0 network (repeatable; default: "
                              "linear_top1=4 and knn_top1=2, the protocol's)")
+    diff = sub.add_parser("diff", help="two runs value by value: does B reproduce A (exit 0), or not (exit 1)")
+    diff.add_argument("run_a", help="run directory")
+    diff.add_argument("run_b", help="run directory (compared up to the last round both logged)")
     claim = sub.add_parser("claim", help="run a claim suite's unfinished runs, then print its table and verdict")
     claim.add_argument("suite", help="claim suite YAML file (claims/*.yaml)")
     claim.add_argument("--runs-dir", metavar="DIR", help="directory of the suite's runs (default: the suite's out)")
@@ -120,6 +123,18 @@ def ledger(args) -> int:
         return 2
     print(text)
     return 0
+
+
+def diff(args) -> int:
+    """``fedssl diff``: 0 where B reproduces A bitwise, 1 where it does not, 2 for bad input."""
+    from analysis.run_diff import diff_text
+    try:
+        text, reproduces = diff_text(Path(args.run_a), Path(args.run_b))
+    except (ValueError, OSError) as err:
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    return 0 if reproduces else 1
 
 
 def study(args) -> int:
@@ -277,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         return claim(args)
     if args.command == "ledger":
         return ledger(args)
+    if args.command == "diff":
+        return diff(args)
     try:
         if args.command == "run" and (args.resume is None) == (args.scenario is None):
             raise ScenarioError("fedssl run", "-", "expected a scenario file or --resume RUN_DIR (one of them)")

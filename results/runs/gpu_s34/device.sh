@@ -1,7 +1,7 @@
 #!/bin/bash
 # The thirty-fourth session's device call (results/gpu.md): the quickstart in-process on CUDA with its
 # live evaluation on, twice side by side (the evaluator thread's torch thread count pinned since
-# 45a62f3; the pair is compared afterwards by compare.py), then the benchmark's fifteen method rows at
+# 45a62f3; the pair is compared afterwards by `fedssl diff`), then the benchmark's fifteen method rows at
 # this session's code. Run from the repository root on the device machine with .fmnist (the four
 # Fashion-MNIST .gz files) and .whl (opacus) carried; results under $OUT.
 set -u

@@ -1,0 +1,97 @@
+"""``fedssl diff RUN_A RUN_B``: two runs compared value by value, to tell whether one reproduces the other.
+
+Every value of both runs' ``metrics.parquet`` is matched by (round, name). The names under ``time/``
+and ``memory/`` are left out: they belong to the machine and the moment, not to the computation. A
+run that stopped early is compared as far as both got (up to the smaller of the two last rounds). Names
+that only one run logged (a metric added by later code, e.g. the raw-pixel reference) are listed and
+not counted as differences. The text gives how many values were compared and how many differ, the
+largest difference and the first (round, name) that differs, and for each run its round-0 and last
+backbone kNN and linear probe, its code and its numerics (``summary.json``, where the run finished).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+MACHINE_DEPENDENT = ("time/", "memory/")
+HEADLINE = ("eval/knn_top1", "eval/linear_top1")
+
+
+def logged_values(run_dir: Path) -> dict[tuple[int, str], float]:
+    """The run's logged values by (round, name), the machine-dependent names left out; raises
+    ValueError for a directory without ``metrics.parquet``."""
+    path = run_dir / "metrics.parquet"
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no metrics.parquet (expected a run directory whose run has logged a round)")
+    return {(row["round"], row["name"]): row["value"] for row in pq.read_table(path).to_pylist()
+            if not row["name"].startswith(MACHINE_DEPENDENT)}
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    last_round: int  # values of rounds 0..last_round compared
+    compared: int
+    differing: tuple[tuple[tuple[int, str], float, float], ...]  # ((round, name), value in A, value in B)
+    only_a: tuple[str, ...]  # names logged by A alone (up to last_round)
+    only_b: tuple[str, ...]
+
+    @property
+    def reproduces(self) -> bool:
+        return self.compared > 0 and not self.differing
+
+
+def diff_runs(a: dict[tuple[int, str], float], b: dict[tuple[int, str], float]) -> RunDiff:
+    """``a`` against ``b`` (as :func:`logged_values` gives them), up to the last round both logged."""
+    last = min(max((r for r, _ in a), default=-1), max((r for r, _ in b), default=-1))
+    a = {key: value for key, value in a.items() if key[0] <= last}
+    b = {key: value for key, value in b.items() if key[0] <= last}
+    common = sorted(set(a) & set(b))
+    differing = tuple((key, a[key], b[key]) for key in common if a[key] != b[key])
+    names_a, names_b = {name for _, name in a}, {name for _, name in b}
+    return RunDiff(last, len(common), differing, tuple(sorted(names_a - names_b)), tuple(sorted(names_b - names_a)))
+
+
+def headline(values: dict[tuple[int, str], float]) -> str:
+    """Round 0 → last evaluated round of the backbone kNN and the probe, in %."""
+    parts = []
+    for name in HEADLINE:
+        rounds = sorted(r for r, n in values if n == name)
+        if rounds:
+            parts.append(f"{name.split('/')[-1]} {100 * values[rounds[0], name]:.2f} (round {rounds[0]}) → "
+                         f"{100 * values[rounds[-1], name]:.2f} (round {rounds[-1]})")
+    return ", ".join(parts) or "no evaluation logged"
+
+
+def provenance(run_dir: Path) -> str:
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return "no summary.json (unfinished, or not kept)"
+    summary = json.loads(path.read_text())
+    code, numerics = summary.get("code"), summary.get("numerics")
+    return (f"code {'; '.join(code) if code else 'not recorded'}, "
+            f"numerics {'; '.join(numerics) if numerics else 'not recorded'}")
+
+
+def diff_text(run_a: Path, run_b: Path) -> tuple[str, bool]:
+    """The comparison as text, and whether B reproduces A (every common value equal, at least one)."""
+    a, b = logged_values(run_a), logged_values(run_b)
+    result = diff_runs(a, b)
+    lines = [f"A: {run_a}: {headline(a)}; {provenance(run_a)}",
+             f"B: {run_b}: {headline(b)}; {provenance(run_b)}",
+             f"rounds 0-{result.last_round}: {result.compared} values compared (time/ and memory/ left out), "
+             f"{len(result.differing)} differ"]
+    if result.differing:
+        (round_index, name), value_a, value_b = result.differing[0]
+        largest = max(result.differing, key=lambda item: abs(item[1] - item[2]))
+        lines.append(f"first differing: round {round_index} {name}: {value_a!r} (A) against {value_b!r} (B); "
+                     f"largest difference {abs(largest[1] - largest[2]):.3g} ({largest[0][1]}, round {largest[0][0]})")
+    for label, names in (("A", result.only_a), ("B", result.only_b)):
+        if names:
+            lines.append(f"logged by {label} alone (not compared): {', '.join(names)}")
+    verdict = ("B reproduces A bitwise" if result.reproduces else
+               "nothing to compare: the runs share no logged value" if not result.compared else
+               "B does not reproduce A")
+    return "\n".join(lines + [verdict]) + "\n", result.reproduces

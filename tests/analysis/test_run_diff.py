@@ -1,0 +1,81 @@
+"""``fedssl diff``: two real runs compared value by value."""
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.run_diff import diff_runs, logged_values
+from simulator.cli import main
+from simulator.run import run_scenario
+from simulator.scenario import resolve
+from tests.conftest import tiny_scenario
+
+
+@pytest.fixture(scope="module")
+def runs(ray_session, tmp_path_factory):
+    """The tiny synthetic scenario run twice on seed 3, and once on seed 4."""
+    tmp_path = tmp_path_factory.mktemp("diff")
+    raw = tiny_scenario(tmp_path)
+    done = {}
+    for name, seed in (("a", 3), ("again", 3), ("other_seed", 4)):
+        done[name], _ = run_scenario(resolve({**raw, "seed": seed}), str(tmp_path / name), progress=False)
+    return done
+
+
+def copy_with_rows(run_dir, target, keep):
+    """A copy of the run's directory whose ``metrics.parquet`` holds only the rows ``keep`` accepts."""
+    shutil.copytree(run_dir, target)
+    table = pq.read_table(run_dir / "metrics.parquet")
+    pq.write_table(table.filter([keep(row) for row in table.to_pylist()]), target / "metrics.parquet")
+    return target
+
+
+def test_a_run_repeated_reproduces_and_another_seed_does_not(runs, capsys):
+    a, again = logged_values(runs["a"]), logged_values(runs["again"])
+    same = diff_runs(a, again)
+    assert same.reproduces and same.compared == len(a) and same.last_round == 2
+    assert main(["diff", str(runs["a"]), str(runs["again"])]) == 0  # wall times differ: left out
+    assert "B reproduces A bitwise" in capsys.readouterr().out
+
+    other = diff_runs(a, logged_values(runs["other_seed"]))
+    assert not other.reproduces and other.differing
+    assert other.differing[0][0][0] == 0  # a different seed's network differs from round 0 on
+    assert main(["diff", str(runs["a"]), str(runs["other_seed"])]) == 1
+    out = capsys.readouterr().out
+    assert "B does not reproduce A" in out and "first differing: round 0" in out
+
+
+def test_a_stopped_run_is_compared_as_far_as_it_got_and_new_names_are_listed_apart(runs, tmp_path, capsys):
+    # the stopped copy lost its last round; the other lost one name (as a run of older code would)
+    stopped = copy_with_rows(runs["a"], tmp_path / "stopped", lambda row: row["round"] <= 1)
+    older = copy_with_rows(runs["again"], tmp_path / "older", lambda row: row["name"] != "eval/knn_top1")
+    rows = pq.read_table(older / "metrics.parquet").to_pylist()  # and a name first logged after round 1
+    rows.append({**rows[-1], "round": 2, "name": "eval/late", "value": 0.5})
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(older / "metrics.parquet")),
+                   older / "metrics.parquet")
+    result = diff_runs(logged_values(stopped), logged_values(older))
+    assert result.last_round == 1 and result.reproduces
+    assert result.only_a == ("eval/knn_top1",) and result.only_b == ()
+    assert result.compared == sum(1 for r, n in logged_values(runs["a"]) if r <= 1 and n != "eval/knn_top1")
+    assert main(["diff", str(stopped), str(older)]) == 0
+    assert "logged by A alone (not compared): eval/knn_top1" in capsys.readouterr().out
+
+
+def test_a_changed_value_is_found_with_its_size(runs, tmp_path):
+    changed = copy_with_rows(runs["a"], tmp_path / "changed", lambda row: True)
+    table = pq.read_table(changed / "metrics.parquet").to_pylist()
+    target = next(row for row in table if row["round"] == 2 and row["name"] == "eval/linear_top1")
+    target["value"] += 1e-6
+    pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(changed / "metrics.parquet")),
+                   changed / "metrics.parquet")
+    result = diff_runs(logged_values(runs["a"]), logged_values(changed))
+    assert [key for key, _, _ in result.differing] == [(2, "eval/linear_top1")]
+    (_, value_a, value_b), = result.differing
+    assert value_b - value_a == pytest.approx(1e-6)
+
+
+def test_a_directory_without_metrics_is_one_error_line(runs, tmp_path, capsys):
+    assert main(["diff", str(runs["a"]), str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedssl: error:") and "no metrics.parquet" in err[0]
