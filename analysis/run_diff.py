@@ -4,13 +4,14 @@ Every value of both runs' ``metrics.parquet`` is matched by (round, name). The n
 and ``memory/`` are left out: they belong to the machine and the moment, not to the computation. A
 run that stopped early is compared as far as both got (up to the smaller of the two last rounds). Names
 that only one run logged (a metric added by later code, e.g. the raw-pixel reference) are listed and
-not counted as differences. The text gives how many values were compared and how many differ, the
+not counted as differences; a NaN that both runs logged is a value reproduced. The text gives how many values were compared and how many differ, the
 largest difference and the first (round, name) that differs, and for each run its round-0 and last
 backbone kNN and linear probe, its code and its numerics (``summary.json``, where the run finished).
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,13 +44,18 @@ class RunDiff:
         return self.compared > 0 and not self.differing
 
 
+def same(x: float, y: float) -> bool:
+    """Equal, or both NaN (a NaN logged by both runs is a value reproduced)."""
+    return x == y or (math.isnan(x) and math.isnan(y))
+
+
 def diff_runs(a: dict[tuple[int, str], float], b: dict[tuple[int, str], float]) -> RunDiff:
     """``a`` against ``b`` (as :func:`logged_values` gives them), up to the last round both logged."""
     last = min(max((r for r, _ in a), default=-1), max((r for r, _ in b), default=-1))
     a = {key: value for key, value in a.items() if key[0] <= last}
     b = {key: value for key, value in b.items() if key[0] <= last}
     common = sorted(set(a) & set(b))
-    differing = tuple((key, a[key], b[key]) for key in common if a[key] != b[key])
+    differing = tuple((key, a[key], b[key]) for key in common if not same(a[key], b[key]))
     names_a, names_b = {name for _, name in a}, {name for _, name in b}
     return RunDiff(last, len(common), differing, tuple(sorted(names_a - names_b)), tuple(sorted(names_b - names_a)))
 

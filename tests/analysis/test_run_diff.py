@@ -62,6 +62,13 @@ def test_a_stopped_run_is_compared_as_far_as_it_got_and_new_names_are_listed_apa
     assert "logged by A alone (not compared): eval/knn_top1" in capsys.readouterr().out
 
 
+def test_a_nan_logged_by_both_runs_is_reproduced_and_against_a_number_it_differs(runs):
+    a = logged_values(runs["a"])
+    key = (2, "eval/linear_top1")
+    assert diff_runs({**a, key: float("nan")}, {**a, key: float("nan")}).reproduces
+    assert [k for k, _, _ in diff_runs(a, {**a, key: float("nan")}).differing] == [key]
+
+
 def test_a_changed_value_is_found_with_its_size(runs, tmp_path):
     changed = copy_with_rows(runs["a"], tmp_path / "changed", lambda row: True)
     table = pq.read_table(changed / "metrics.parquet").to_pylist()
