@@ -4,9 +4,10 @@ Every value of both runs' ``metrics.parquet`` is matched by (round, name). The n
 and ``memory/`` are left out: they belong to the machine and the moment, not to the computation. A
 run that stopped early is compared as far as both got (up to the smaller of the two last rounds). Names
 that only one run logged (a metric added by later code, e.g. the raw-pixel reference) are listed and
-not counted as differences; a NaN that both runs logged is a value reproduced. The text gives how many values were compared and how many differ, the
-largest difference and the first (round, name) that differs, and for each run its round-0 and last
-backbone kNN and linear probe, its code and its numerics (``summary.json``, where the run finished).
+not counted as differences; a NaN that both runs logged is a value reproduced. The text gives how many
+values were compared and how many differ, the largest difference and the first (round, name) that
+differs, and for each run its round-0 and last backbone kNN and linear probe, its code and its numerics
+(``summary.json``, where the run finished).
 """
 from __future__ import annotations
 
