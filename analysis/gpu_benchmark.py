@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from analysis.run_diff import diff_runs, logged_values
 from methods.losses.nt_xent import nt_xent
 from simulator.augment import AugmentConfig, BatchAugment, to_float
 from simulator.data.datasets import load_dataset
@@ -98,17 +99,6 @@ def federation_rate(path: str, overrides: list[str], device: torch.device) -> di
     return result
 
 
-def logged_values(run_dir: Path) -> dict[tuple[int, str], float]:
-    """A run's logged values by (round, name), time and memory aside."""
-    import pyarrow.parquet as pq
-    return {(row["round"], row["name"]): row["value"] for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
-            if not row["name"].startswith(("time/", "memory/"))}
-
-
-def differing_keys(first: dict, other: dict) -> list[tuple[int, str]]:
-    return sorted(key for key in first if first[key] != other.get(key))
-
-
 def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[str, Any]:
     """Run ``path`` twice in this process: the first run's images/s and peak memory, how many logged
     values of the second differ (time and memory aside), the first that does and by how much at
@@ -125,10 +115,10 @@ def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[
             logged.append(logged_values(run_dir))
             rates.append(summary["steady_samples_per_second"])
     first, second = logged
-    differing = differing_keys(first, second)
+    differing = diff_runs(first, second).differing
     result = {"scenario": path, "images_per_second": rates[0], "values": len(first),
-              "values_differing": len(differing), "first_differing": list(differing[0]) if differing else None,
-              "max_abs_difference": max((abs(first[k] - second[k]) for k in differing if k in second), default=0.0),
+              "values_differing": len(differing), "first_differing": list(differing[0][0]) if differing else None,
+              "max_abs_difference": max((abs(a - b) for _, a, b in differing), default=0.0),
               "second_images_per_second": rates[1], "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
               "nondeterministic_ops": sorted({op for w in caught if (op := nondeterministic_op(str(w.message)))})}
     if device.type == "cuda":
@@ -154,11 +144,11 @@ def engines_agree(overrides: list[str], device: torch.device) -> list[dict[str, 
                                             str(Path(out) / f"run{i}"), progress=False)
             logged = logged_values(run_dir)
             first = first if first is not None else logged
-            differing = differing_keys(first, logged)
+            differing = diff_runs(first, logged).differing
             rows.append({"run": label, "numerics": summary["numerics"],
                          "images_per_second": summary["steady_samples_per_second"], "values": len(logged),
                          "values_differing_from_first": len(differing),
-                         "first_differing": list(differing[0]) if differing else None})
+                         "first_differing": list(differing[0][0]) if differing else None})
             print(rows[-1], flush=True)
     return rows
 

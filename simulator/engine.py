@@ -144,7 +144,7 @@ class WorkerActor(Worker):
 
     def __init__(self, scenario: dict, pool: dict):
         super().__init__(scenario, pool)
-        torch.set_num_threads(max(1, int(pool["num_cpus"])))
+        pin_thread_count(max(1, int(pool["num_cpus"])))
 
     def pid(self) -> int:
         return os.getpid()
@@ -227,7 +227,7 @@ class Evaluator:
     """kNN and linear-probe evaluation, single-threaded so its results do not depend on the host."""
 
     def __init__(self, scenario: dict):
-        torch.set_num_threads(1)
+        pin_thread_count(1)
         self.scenario = scenario
         self.data = load_eval_data(scenario)
 
