@@ -1,10 +1,13 @@
 """Tables of the twenty-eighth session's shipping protocol (results/regime.md, section "Shipping BatchNorm
 in the encoder or colour jitter 0.8 in `fedavg/simclr.yaml`..."): every run against the margins with its
 round-0 and final numbers, then the paired gain differences (arm - as shipped) per scenario; it serves the
-twenty-ninth session's (section "Shipping colour jitter 0.8 in the quickstart...", ``results/runs/ship_s29``) too.
+twenty-ninth session's (section "Shipping colour jitter 0.8 in the quickstart...", ``results/runs/ship_s29``) and the
+thirty-fifth's (section "Do BatchNorm in the encoder or colour jitter 0.8 lift Orchestra's two missing arms?",
+``results/runs/orch_levers_s35``) too.
 Run from the repository root: ``PYTHONPATH=. .venv/bin/python results/runs/ship_s28/ship_table.py [DIR | NAME=RUN_DIR] ...``
 (each DIR holds run directories named ``[SCENARIO_]ARM_sSEED``; NAME=RUN_DIR adds one run under such a name; no
-SCENARIO is ``simclr``, ``cross`` is ``cross_device.yaml``, ``quick`` is ``quickstart.yaml``)."""
+SCENARIO is ``simclr``, ``cross`` is ``cross_device.yaml``, ``quick`` is ``quickstart.yaml``,
+``orchsimclr`` and ``orchnodegen`` are ``orchestra/fedavg_simclr.yaml`` and ``orchestra/no_degeneracy.yaml``)."""
 import re
 import sys
 from pathlib import Path
@@ -12,7 +15,8 @@ from pathlib import Path
 from analysis.report import PairedDifference, read_run
 
 NAMES = {"A": "as shipped", "K": "BatchNorm encoder", "G": "colour jitter 0.8"}
-PATHS = {"simclr": "fedavg/simclr.yaml", "cross": "cross_device.yaml", "quick": "quickstart.yaml"}
+PATHS = {"simclr": "fedavg/simclr.yaml", "cross": "cross_device.yaml", "quick": "quickstart.yaml",
+         "orchsimclr": "orchestra/fedavg_simclr.yaml", "orchnodegen": "orchestra/no_degeneracy.yaml"}
 named = {}
 for arg in sys.argv[1:] or ["results/runs/ship_s28"]:
     if "=" in arg:
