@@ -17,6 +17,7 @@ from analysis.report import group_means
 from methods import build_method
 from simulator.client_store import loads
 from simulator.federation import Server
+from simulator.resources import threads
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec
 from simulator.runlog import latest_checkpoint
@@ -49,17 +50,13 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
         path = checkpoint / "client_state" / f"client_{cid:06d}.pt"
         return loads(path.read_bytes()) if path.exists() else None
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the run's evaluator, so that unchanged settings give its numbers
-    try:
+    with threads(1):  # as the run's evaluator, so that unchanged settings give its numbers
         data = load_eval_data(scenario)
         evaluate = lambda networks: summarize_evaluations(evaluate_networks(networks, data, scenario))
         pixels = evaluate(raw_pixels())[0] if scenario["eval"]["pixel_reference"] else None
         initial, _ = evaluate(server.eval_networks(lambda cid: None))
         server.state = saved["state"]
         final, logged = evaluate(server.eval_networks(load_client_state))
-    finally:
-        torch.set_num_threads(threads)
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], "initial": initial,
             "final": final, "pixels": pixels, "rounds_completed": saved["round"], "wall_seconds": saved["elapsed"],
             "groups": group_means(logged)}

@@ -44,12 +44,12 @@ REPO = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
 
+from analysis.run_diff import logged_values  # noqa: E402
 from simulator.resources import process_cpu_numerics  # noqa: E402
 from simulator.run import run_scenario  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 BASELINE = Path(__file__).with_name("scenarios_baseline.json")
-MACHINE_DEPENDENT = ("time/", "memory/")
 SMALL = [
     "executor=in_process", "dataset.train_subset=600", "population.num_clients=10", "training.rounds=3",
     "eval.enabled=false", "eval.test_subset=200", "output.checkpoint_every=3",
@@ -74,11 +74,8 @@ def small_scenario(name: str, work: Path) -> dict:
 
 def fingerprint(name: str, work: Path) -> dict:
     """The run's metrics (float.hex, machine-dependent ones left out) and a digest of its final state."""
-    import pyarrow.parquet as pq
     run_dir, _ = run_scenario(small_scenario(name, work), str(work / "runs" / name.replace("/", "_")), progress=False)
-    metrics = {f"{row['round']}/{row['name']}": float(row["value"]).hex()
-               for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
-               if not row["name"].startswith(MACHINE_DEPENDENT)}
+    metrics = {f"{round_}/{metric}": float(value).hex() for (round_, metric), value in logged_values(run_dir).items()}
     checkpoint = sorted((run_dir / "checkpoints").iterdir())[-1]
     state = torch.load(checkpoint / "state.pt", weights_only=False)["state"]
     return {"metrics": metrics, "state": state_digest(state)}

@@ -12,22 +12,19 @@ import torch
 import yaml
 
 from analysis.report import read_run
+from analysis.run_diff import logged_values
 from simulator.resources import cpu_flags, onednn_isa
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MACHINE_DEPENDENT = ("time/", "memory/")
 
 
 def run(raw, tmp_path, name, **overrides):
     raw = {**raw, "ray": {**raw["ray"], **overrides}}
     run_dir, summary = run_scenario(resolve(raw), str(tmp_path / name), progress=False)
-    table = pq.read_table(run_dir / "metrics.parquet").to_pylist()
-    metrics = {(row["round"], row["name"]): row["value"] for row in table
-               if not row["name"].startswith(MACHINE_DEPENDENT)}
-    return run_dir, summary, metrics
+    return run_dir, summary, logged_values(run_dir)
 
 
 def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run(ray_session, synthetic_raw,
@@ -139,9 +136,7 @@ def test_rounds_the_driver_plays_while_ray_starts_give_bitwise_the_run_that_wait
     assert done.returncode == 0, done.stderr[-3000:]
     started = json.loads((tmp_path / "driver" / "summary.json").read_text())
     assert started["rounds_while_ray_started"] == 2 and waited["rounds_while_ray_started"] == 0
-    table = pq.read_table(tmp_path / "driver" / "metrics.parquet").to_pylist()
-    assert {(row["round"], row["name"]): row["value"] for row in table
-            if not row["name"].startswith(MACHINE_DEPENDENT)} == waited_metrics
+    assert logged_values(tmp_path / "driver") == waited_metrics
     assert started["initial"] == waited["initial"] and started["final"] == waited["final"]
     ours, theirs = (torch.load(sorted((tmp_path / run / "checkpoints").iterdir())[-1] / "state.pt",
                                weights_only=False)["state"] for run in ("driver", "wait"))

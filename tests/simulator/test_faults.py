@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from analysis.run_diff import logged_values
 from simulator.context import RoundContext, freeze
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec, run_scenario
@@ -251,7 +252,7 @@ def metrics_without_timing(run_dir):
     rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
     logged = [(r["round"], r["name"]) for r in rows]
     assert len(logged) == len(set(logged)), "a metric logged twice for one round"
-    return {(r["round"], r["name"]): r["value"] for r in rows if not r["name"].startswith(("time/", "memory/"))}
+    return logged_values(run_dir)
 
 
 def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, synthetic_raw, tmp_path):

@@ -7,16 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
 
+from analysis.run_diff import logged_values
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 
 REPO = Path(__file__).resolve().parents[2]
-MACHINE_DEPENDENT = ("time/", "memory/")
 
 METHODS = {  # (FedAvg + SimCLR, the default, differs from the BYOL + UV case only in its loss)
     "fedavg_byol_uv": {"method": {"name": "fedavg", "objective": "byol", "uv": True, "server_optimizer": "adam",
@@ -33,12 +32,6 @@ def with_overrides(raw, overrides):
     for section, values in overrides.items():
         out[section] = values if section == "method" else {**raw.get(section, {}), **values}
     return out
-
-
-def metrics_of(run_dir):
-    table = pq.read_table(run_dir / "metrics.parquet").to_pylist()
-    return {(row["round"], row["name"]): row["value"] for row in table
-            if not row["name"].startswith(MACHINE_DEPENDENT)}
 
 
 def final_state(run_dir):
@@ -66,7 +59,7 @@ def test_in_process_gives_bitwise_the_ray_run(ray_session, synthetic_raw, tmp_pa
                                         progress=False)
         runs[executor] = (run_dir, summary)
     (ray_dir, ray_summary), (local_dir, local_summary) = runs["ray"], runs["in_process"]
-    ray_metrics, local_metrics = metrics_of(ray_dir), metrics_of(local_dir)
+    ray_metrics, local_metrics = logged_values(ray_dir), logged_values(local_dir)
     assert any(key[1].startswith("train/") for key in ray_metrics)
     assert local_metrics == ray_metrics
     assert local_summary["initial"] == ray_summary["initial"] and local_summary["final"] == ray_summary["final"]
@@ -101,7 +94,7 @@ def test_evaluations_leave_the_training_as_it_is(synthetic_raw, tmp_path):
         run_dir, _ = run_scenario(resolve({**raw, "eval": {**raw["eval"], **evaluation}}), str(tmp_path / name),
                                   progress=False)
         runs[name] = run_dir
-    evaluated, never = metrics_of(runs["evaluated"]), metrics_of(runs["never"])
+    evaluated, never = logged_values(runs["evaluated"]), logged_values(runs["never"])
     assert any(name.startswith("eval/") for _, name in evaluated) and any(name.startswith("train/") for _, name in never)
     assert {k: v for k, v in evaluated.items() if not k[1].startswith(("eval/", "reference/"))} == never
     evaluated_state, never_state = flat_tensors(final_state(runs["evaluated"])), flat_tensors(final_state(runs["never"]))

@@ -4,19 +4,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from analysis.run_diff import logged_values
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 
 SCRIPT = Path(__file__).with_name("multinode_run.py")
-
-
-def metrics(run_dir):
-    rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
-    return {(r["round"], r["name"]): r["value"] for r in rows if not r["name"].startswith(("time/", "memory/"))}
 
 
 @pytest.mark.parametrize("fault, server", [("--lose-node-after-checkpoint", "driver"),
@@ -45,4 +40,4 @@ def test_three_node_cluster_with_a_lost_node_equals_single_node(ray_session, syn
     if fault == "--lose-node-before-server-step":
         assert report["lost_sums"] >= 1  # sums of shares that had returned were on the lost node
     assert report["final"] == single["final"]
-    assert metrics(tmp_path / "multi") == metrics(tmp_path / "single")
+    assert logged_values(tmp_path / "multi") == logged_values(tmp_path / "single")

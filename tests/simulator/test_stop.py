@@ -8,12 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from analysis.run_diff import logged_values
+
 REPO = Path(__file__).resolve().parents[2]
-MACHINE_DEPENDENT = ("time/", "memory/")
 
 
 def descendants(pid: int) -> set[int]:
@@ -56,11 +56,6 @@ def assert_gone(pids: set[int], message: str) -> None:
 
 def fedssl(*args) -> list[str]:
     return [sys.executable, "-c", "import sys; from simulator.cli import main; sys.exit(main(sys.argv[1:]))", *args]
-
-
-def metrics_of(run_dir: Path) -> dict:
-    return {(row["round"], row["name"]): row["value"] for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
-            if not row["name"].startswith(MACHINE_DEPENDENT)}
 
 
 def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, command: list[str] | None = None,
@@ -115,7 +110,7 @@ def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrup
     whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet",
                                   "--set", "executor=in_process"), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr
-    assert metrics_of(tmp_path / "stopped") == metrics_of(tmp_path / "whole")
+    assert logged_values(tmp_path / "stopped") == logged_values(tmp_path / "whole")
 
 
 @pytest.mark.parametrize("executor", ["ray", "in_process"])
@@ -174,7 +169,7 @@ def test_a_first_signal_ends_the_round_under_way_checkpoints_it_and_the_resume_g
     whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet"), cwd=REPO,
                            capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr
-    assert metrics_of(tmp_path / "stopped") == metrics_of(tmp_path / "whole")
+    assert logged_values(tmp_path / "stopped") == logged_values(tmp_path / "whole")
 
 
 def test_sigterm_stops_a_claim_and_leaves_no_process_behind(slow_raw, tmp_path):
