@@ -76,6 +76,11 @@ def parser() -> argparse.ArgumentParser:
     claim.add_argument("--arms", metavar="A,B,...", help="only these arms of the suite (run and shown), with the "
                                                          "comparisons between them; they must include a deciding "
                                                          "comparison's two arms")
+    claim.add_argument("--until", metavar="HH:MM|+DURATION",
+                       help="stop at this local time (its next occurrence) or after this long (+45m, +2h30m): "
+                            "the run under way ends its round and checkpoint, no later run starts, the table "
+                            "over the seeds finished so far is printed and the exit code is 124; run the "
+                            "claim again to resume")
     claim.add_argument("--no-run", action="store_true",
                        help="run nothing: print the table over the seeds finished in every arm (an interim one, "
                             "without a verdict, until every seed has finished)")
@@ -195,7 +200,9 @@ def claim(args) -> int:
 
     from analysis.claims import arm_scenarios, read_suite, restrict_to_arms, run_missing, run_states, stale_notes
     from simulator.data.datasets import DatasetUnavailable
+    from simulator.deadline import Deadline, stop_at
     try:
+        deadline = Deadline.parse(args.until) if args.until is not None else None
         suite = read_suite(args.suite)
         if args.arms is not None:
             suite = restrict_to_arms(suite, [name.strip() for name in args.arms.split(",")])
@@ -218,10 +225,15 @@ def claim(args) -> int:
         print(note, file=sys.stderr)
     from simulator.federation import RunFailure
     from simulator.run import RunStopped, ray_connection_of_the_command, stop_signals
+    alarm = stop_at(deadline)
+    if deadline is not None:
+        print(f"claim: runs stop at {deadline}", file=sys.stderr)
     try:
-        with stop_signals(), ray_connection_of_the_command():
+        with stop_signals(), ray_connection_of_the_command(), alarm:
             run_missing(suite, scenarios, states, progress=args.progress)
     except (RunStopped, KeyboardInterrupt) as err:
+        if alarm.fired:
+            return deadline_reached(err, suite, scenarios, runs_dir)
         resumable_run = isinstance(err, RunStopped) and err.run_dir is not None
         return stopped(err, "or run the claim again: it resumes that run and runs the rest" if resumable_run
                        else "run the claim again to go on")
@@ -231,6 +243,23 @@ def claim(args) -> int:
               file=sys.stderr)
         return 1
     return print_claim_table(suite, runs_dir)
+
+
+def deadline_reached(err: BaseException, suite, scenarios, runs_dir: Path) -> int:
+    """``fedssl claim --until``: the line saying where the deadline stopped the claim, the table over
+    the seeds finished so far, and exit code 124 (as ``timeout``'s)."""
+    from analysis.claims import run_states
+    from simulator.run import RunStopped
+    if not isinstance(err, RunStopped):
+        where = "between two runs"
+    elif err.last_round is None:
+        where = f"{err.run_dir or 'a run'} before its first round"
+    else:
+        where = f"{err.run_dir} after round {err.last_round} of {err.rounds}"
+    print(f"\nclaim: the deadline stopped the claim {where}; run it again to go on (a stopped run resumes from "
+          f"its checkpoint)", file=sys.stderr)
+    interim_claim(suite, run_states(suite, scenarios, runs_dir), runs_dir)
+    return 124
 
 
 def interim_claim(suite, states, runs_dir) -> int:

@@ -410,3 +410,68 @@ def test_claim_runs_once_never_repeats_and_resumes_an_interrupted_run(synthetic_
     assert (interrupted / "checkpoints" / "round_00001" / "state.pt").stat().st_mtime_ns == kept
     assert json.loads((interrupted / "summary.json").read_text())["rounds_completed"] == 2
     assert third.out == first.out  # the resumed run ends where the uninterrupted one did
+
+
+def test_a_deadline_stops_the_run_under_way_at_a_round_end_and_a_later_call_resumes_it(
+        synthetic_raw, tmp_path, capsys, monkeypatch):
+    """``--until``: the alarm (fired here when the third run's first checkpoint is on disk, the real
+    timer being pinned by tests/simulator/test_deadline.py) stops that run at the end of a round with
+    its checkpoint, starts no later run, prints the table over the finished seed and exits 124."""
+    import threading
+
+    import simulator.deadline
+    import simulator.run
+    alarms, calls = [], []
+
+    class RecordedAlarm(simulator.deadline.stop_at):
+        def __init__(self, deadline):
+            super().__init__(deadline)
+            alarms.append(self)
+
+    def fire_at_the_third_runs_first_checkpoint(out):
+        while not (Path(out) / "checkpoints" / "round_00001").exists():
+            threading.Event().wait(0.05)
+        alarms[-1].fire()
+
+    real_run = simulator.run.run_scenario
+
+    def recording_run(scenario, out=None, progress=True, resume_dir=None):
+        calls.append((scenario["seed"], scenario["training"]["lr"], resume_dir))
+        if len(calls) == 3:
+            threading.Thread(target=fire_at_the_third_runs_first_checkpoint, args=(out,), daemon=True).start()
+        return real_run(scenario, out, progress=progress, resume_dir=resume_dir)
+
+    monkeypatch.setattr(simulator.deadline, "stop_at", RecordedAlarm)
+    monkeypatch.setattr(simulator.run, "run_scenario", recording_run)
+    raw = {**synthetic_raw, "executor": "in_process", "training": {**synthetic_raw["training"], "rounds": 6},
+           "eval": {**synthetic_raw["eval"], "every": 6}, "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
+    scenario_file = write_yaml(tmp_path / "tiny.yaml", raw)
+    suite = write_yaml(tmp_path / "suite.yaml", {
+        "claim": "lr 0.05 beats lr 0.01", "seeds": [0, 1], "primary": "linear_top1",
+        "arms": {"fast": {"scenario": str(scenario_file)},
+                 "slow": {"scenario": str(scenario_file), "set": ["training.lr=0.01"]}},
+        "comparisons": [{"arm": "fast", "baseline": "slow", "direction": "greater"}], "out": str(tmp_path / "runs")})
+    stopped_run = tmp_path / "runs" / "fast" / "seed_1"
+
+    assert main(["claim", str(suite), "--until", "+3h"]) == 124
+    first = capsys.readouterr()
+    assert [(seed, lr) for seed, lr, _ in calls] == [(0, 0.05), (0, 0.01), (1, 0.05)]  # no fourth run
+    assert alarms[-1].fired and alarms[-1].timer is not None and not alarms[-1].timer.is_alive()
+    assert f"claim: runs stop at {alarms[-1].deadline}" in first.err
+    last_line = first.err.strip().splitlines()[-1]
+    assert last_line.startswith(f"claim: the deadline stopped the claim {stopped_run} after round ")
+    stopped_after = int(last_line.split(" after round ")[1].split(" ")[0])
+    assert 1 <= stopped_after < 6 and last_line.endswith(
+        " of 6; run it again to go on (a stopped run resumes from its checkpoint)")
+    assert not (stopped_run / "summary.json").exists()
+    assert (stopped_run / "checkpoints" / f"round_{stopped_after:05d}").exists()  # the round it ended
+    assert not (tmp_path / "runs" / "slow" / "seed_1").exists()
+    assert "**Interim: seed 1 of the suite has not finished in every arm" in first.out
+    assert first.out.rstrip().endswith("**No verdict yet**: 1 of 2 seeds finished.")
+
+    calls.clear()
+    assert main(["claim", str(suite)]) == 0
+    second = capsys.readouterr()
+    assert calls == [(1, 0.05, str(stopped_run)), (1, 0.01, None)]
+    assert json.loads((stopped_run / "summary.json").read_text())["rounds_completed"] == 6
+    assert "**Claim " in second.out and "Interim" not in second.out

@@ -1,0 +1,67 @@
+"""``--until``: the deadline's two spellings, and the alarm that stops a block at it."""
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+from simulator.cli import main
+from simulator.deadline import Deadline, stop_at
+from simulator.run import Stopped, stop_signals
+from simulator.scenario import ScenarioError
+
+NOW = datetime(2026, 11, 28, 9, 40, 15)
+
+
+@pytest.mark.parametrize("text, at", [
+    ("10:20", datetime(2026, 11, 28, 10, 20)),         # later today
+    ("9:41", datetime(2026, 11, 28, 9, 41)),
+    ("09:40", datetime(2026, 11, 29, 9, 40)),          # passed a few seconds ago: tomorrow's
+    ("02:05", datetime(2026, 11, 29, 2, 5)),           # after midnight
+    ("23:59", datetime(2026, 11, 28, 23, 59)),
+    ("+45m", NOW + timedelta(minutes=45)),
+    ("+2h30m", NOW + timedelta(hours=2, minutes=30)),
+    ("+1h5s", NOW + timedelta(hours=1, seconds=5)),
+    ("+90s", NOW + timedelta(seconds=90)),
+    ("+0s", NOW),
+])
+def test_a_clock_time_is_its_next_occurrence_and_a_duration_counts_from_now(text, at):
+    assert Deadline.parse(text, NOW).at == at
+
+
+@pytest.mark.parametrize("text", ["24:00", "10:60", "10:5", "1020", "+", "+h", "45m", "+45", "+1m2h", "+-5m", "",
+                                  "tomorrow"])
+def test_anything_else_is_one_line_naming_both_spellings(text):
+    with pytest.raises(ScenarioError) as err:
+        Deadline.parse(text, NOW)
+    message = str(err.value)
+    assert message == (f"fedssl claim: --until: expected a clock time HH:MM (its next occurrence) or +DURATION "
+                       f"such as +45m or +2h30m, got {text!r}")
+
+
+def test_a_bad_deadline_is_exit_2_before_the_suite_is_read(tmp_path, capsys):
+    assert main(["claim", str(tmp_path / "absent.yaml"), "--until", "25:00"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedssl: error: fedssl claim: --until: expected a clock time")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_alarm_stops_the_block_at_the_deadline_and_not_before(capfd):
+    alarm = stop_at(Deadline(datetime.now() + timedelta(seconds=0.5)))
+    start = time.monotonic()
+    with pytest.raises(Stopped) as stopped, stop_signals(), alarm:
+        time.sleep(0.3)
+        assert not alarm.fired
+        time.sleep(30)
+    assert alarm.fired and stopped.value.signal_name == "SIGTERM"
+    assert 0.5 <= time.monotonic() - start < 10
+    assert f"fedssl: the deadline {alarm.deadline} has come" in capfd.readouterr().err
+
+
+def test_no_deadline_never_fires_and_a_left_block_cancels_its_alarm():
+    with stop_signals(), stop_at(None) as never:
+        time.sleep(0.2)
+    assert not never.fired and never.timer is None
+    with stop_signals(), stop_at(Deadline(datetime.now() + timedelta(seconds=0.3))) as left:
+        pass
+    time.sleep(0.6)  # a SIGTERM now would find Python's default action and end the test process
+    assert not left.fired and not left.timer.is_alive()
