@@ -414,11 +414,9 @@ def test_claim_runs_once_never_repeats_and_resumes_an_interrupted_run(synthetic_
 
 def test_a_deadline_stops_the_run_under_way_at_a_round_end_and_a_later_call_resumes_it(
         synthetic_raw, tmp_path, capsys, monkeypatch):
-    """``--until``: the alarm (fired here when the third run's first checkpoint is on disk, the real
-    timer being pinned by tests/simulator/test_deadline.py) stops that run at the end of a round with
-    its checkpoint, starts no later run, prints the table over the finished seed and exits 124."""
-    import threading
-
+    """``--until``: the alarm (fired here as the third run writes its round-1 checkpoint, the real
+    timer being pinned by tests/simulator/test_deadline.py) stops that run at the end of that round,
+    starts no later run, prints the table over the finished seed and exits 124."""
     import simulator.deadline
     import simulator.run
     alarms, calls = [], []
@@ -428,21 +426,20 @@ def test_a_deadline_stops_the_run_under_way_at_a_round_end_and_a_later_call_resu
             super().__init__(deadline)
             alarms.append(self)
 
-    def fire_at_the_third_runs_first_checkpoint(out):
-        while not (Path(out) / "checkpoints" / "round_00001").exists():
-            threading.Event().wait(0.05)
-        alarms[-1].fire()
-
-    real_run = simulator.run.run_scenario
+    real_run, real_checkpoint = simulator.run.run_scenario, simulator.run.write_checkpoint
 
     def recording_run(scenario, out=None, progress=True, resume_dir=None):
         calls.append((scenario["seed"], scenario["training"]["lr"], resume_dir))
-        if len(calls) == 3:
-            threading.Thread(target=fire_at_the_third_runs_first_checkpoint, args=(out,), daemon=True).start()
         return real_run(scenario, out, progress=progress, resume_dir=resume_dir)
+
+    def checkpoint_then_deadline(run_dir, round_index, *args):
+        real_checkpoint(run_dir, round_index, *args)
+        if len(calls) == 3 and round_index == 1:
+            alarms[-1].fire()
 
     monkeypatch.setattr(simulator.deadline, "stop_at", RecordedAlarm)
     monkeypatch.setattr(simulator.run, "run_scenario", recording_run)
+    monkeypatch.setattr(simulator.run, "write_checkpoint", checkpoint_then_deadline)
     raw = {**synthetic_raw, "executor": "in_process", "training": {**synthetic_raw["training"], "rounds": 6},
            "eval": {**synthetic_raw["eval"], "every": 6}, "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
     scenario_file = write_yaml(tmp_path / "tiny.yaml", raw)
@@ -458,13 +455,11 @@ def test_a_deadline_stops_the_run_under_way_at_a_round_end_and_a_later_call_resu
     assert [(seed, lr) for seed, lr, _ in calls] == [(0, 0.05), (0, 0.01), (1, 0.05)]  # no fourth run
     assert alarms[-1].fired and alarms[-1].timer is not None and not alarms[-1].timer.is_alive()
     assert f"claim: runs stop at {alarms[-1].deadline}" in first.err
-    last_line = first.err.strip().splitlines()[-1]
-    assert last_line.startswith(f"claim: the deadline stopped the claim {stopped_run} after round ")
-    stopped_after = int(last_line.split(" after round ")[1].split(" ")[0])
-    assert 1 <= stopped_after < 6 and last_line.endswith(
-        " of 6; run it again to go on (a stopped run resumes from its checkpoint)")
+    assert first.err.strip().splitlines()[-1] == (f"claim: the deadline stopped the claim {stopped_run} after round 1 "
+                                                  f"of 6; run it again to go on (a stopped run resumes from its "
+                                                  f"checkpoint)")
     assert not (stopped_run / "summary.json").exists()
-    assert (stopped_run / "checkpoints" / f"round_{stopped_after:05d}").exists()  # the round it ended
+    assert sorted(p.name for p in (stopped_run / "checkpoints").iterdir()) == ["round_00001"]
     assert not (tmp_path / "runs" / "slow" / "seed_1").exists()
     assert "**Interim: seed 1 of the suite has not finished in every arm" in first.out
     assert first.out.rstrip().endswith("**No verdict yet**: 1 of 2 seeds finished.")
