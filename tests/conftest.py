@@ -20,7 +20,7 @@ def own_ray():
     if not (ray.is_initialized() and ray.get_runtime_context().gcs_address == _OWN_RAY.get("gcs")):
         if ray.is_initialized():
             ray.shutdown()
-        ray.init(num_cpus=4, include_dashboard=False, logging_level="warning")
+        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="warning")
         _OWN_RAY["gcs"] = ray.get_runtime_context().gcs_address
     return ray
 

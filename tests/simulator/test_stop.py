@@ -226,7 +226,7 @@ def connects_then_stops(scenario, out=None, **_):  # the (first) run connects; t
 simulator.run.run_scenario = connects_then_stops
 scenario, out, connect_first, command = sys.argv[1:]
 if connect_first == "yes":  # the caller's own connection, made before the command (fedssl's engine not imported)
-    ray.init(num_cpus=1, include_dashboard=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False)
 sweep = ["--over", "training.lr=0.01,0.02"] if command == "sweep" else []
 code = main([command, scenario, *sweep, "--out", out])
 print("connected" if ray.is_initialized() else "disconnected", code, flush=True)
