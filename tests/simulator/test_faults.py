@@ -1,5 +1,4 @@
 """Real faults: a worker process killed or hung (stopped) mid-round, a driver killed and resumed."""
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ from simulator.data.store import prepare_partition
 from simulator.run import data_spec, run_scenario
 from simulator.scenario import resolve
 from tests.conftest import sample_cohort, tiny_scenario
+from tests.simulator.test_inprocess import METHODS, final_state, flat_tensors, with_overrides
 
 
 def federation_states(scenario, rounds, signal_worker_in_round=None, sent=signal.SIGKILL):
@@ -288,26 +288,47 @@ def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, syntheti
         assert torch.equal(value, final_resumed["state"]["weights"][name])
 
 
-def test_stateful_clients_resume_from_the_checkpointed_store(ray_session, synthetic_raw, tmp_path):
-    """A run killed after round 4 (its store already at round 4, no summary) resumes from the round-2
-    checkpoint and ends as the uninterrupted run: the store is reset to the checkpoint's snapshot."""
-    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
-           "executor": "in_process",  # the store's reset is the driver's; Ray's side: the killed-worker tests
-           "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8},
-           "training": {**synthetic_raw["training"], "rounds": 4}, "eval": {"every": 4, "test_subset": 300},
-           "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
-    reference, _ = run_scenario(resolve(raw), str(tmp_path / "reference"), progress=False)
+RESUMED_METHODS = {  # each with state that outlives a round, in the server or the client-state store
+    **METHODS,  # FedAvg + BYOL + UV through the server's Adam, FedSC's shared matrices, Orchestra's centroids
+    "fedsc_dp_cosine": {"method": {"name": "fedsc", "share_views": 1, "share_every": 2, "target_epsilon": 8.0},
+                        "training": {"lr_schedule": "cosine"}},  # the privacy accountant, a round-indexed lr
+    "fedema": {"method": {"name": "fedema", "objective": "byol", "selective": False}},  # stateful clients
+    "fedu": {"method": {"name": "fedu", "objective": "byol"}},
+    "rotpred": {"method": {"name": "rotpred"}},
+    "simsiam_uv_semi10": {"method": {"name": "fedavg", "objective": "simsiam", "uv": True, "labelled_fraction": 0.1}},
+    "hetero_ssfl": {"method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8},  # stateful clients
+                    "population": {"num_clients": 4, "clients_per_round": 2}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESUMED_METHODS))
+def test_every_method_resumes_from_a_checkpoint_to_the_uninterrupted_run(synthetic_raw, tmp_path, name):
+    """A run killed after round 4 (its client-state store already at round 4, no summary) resumes from
+    the round-2 checkpoint and ends bitwise as the uninterrupted run: metrics, the final global state
+    (every tensor the server keeps), every client's stored state; the store is reset to the checkpoint's
+    snapshot. In-process (bitwise the Ray run: tests/simulator/test_inprocess.py)."""
+    raw = with_overrides({**synthetic_raw, "executor": "in_process"}, RESUMED_METHODS[name])
+    raw = with_overrides(raw, {"training": {"rounds": 4}, "eval": {"every": 4, "test_subset": 300},
+                               "output": {"checkpoint_every": 2}})
+    reference, reference_summary = run_scenario(resolve(raw), str(tmp_path / "reference"), progress=False)
     killed = tmp_path / "killed"
     shutil.copytree(reference, killed)
     (killed / "summary.json").unlink()
     shutil.rmtree(killed / "checkpoints" / "round_00004")
     _, summary = run_scenario(resolve(raw), progress=False, resume_dir=str(killed))
-    assert summary["final"] == json.loads((reference / "summary.json").read_text())["final"]
+    assert summary["final"] == reference_summary["final"] and summary["initial"] == reference_summary["initial"]
+    assert metrics_without_timing(killed) == metrics_without_timing(reference)
+    clean_state, resumed_state = flat_tensors(final_state(reference)), flat_tensors(final_state(killed))
+    assert clean_state and sorted(resumed_state) == sorted(clean_state)
+    for key, tensor in clean_state.items():
+        assert torch.equal(resumed_state[key], tensor), key
     for path in sorted((reference / "client_state").glob("client_*.pt")):
-        clean = torch.load(path, weights_only=False)["networks"]
-        resumed = torch.load(killed / "client_state" / path.name, weights_only=False)["networks"]
-        assert all(torch.equal(clean[name], resumed[name]) for name in clean), path.name
-    assert not list((killed / "client_state" / "staged").iterdir())
+        clean = flat_tensors(torch.load(path, weights_only=False))
+        resumed = flat_tensors(torch.load(killed / "client_state" / path.name, weights_only=False))
+        assert clean and sorted(resumed) == sorted(clean), path.name
+        assert all(torch.equal(clean[key], resumed[key]) for key in clean), path.name
+    if (reference / "client_state").exists():
+        assert not list((killed / "client_state" / "staged").iterdir())
 
 
 def test_a_resumed_run_names_the_numerics_and_code_of_the_session_it_began_in(synthetic_raw, tmp_path):
