@@ -1,8 +1,9 @@
-"""The forty-fourth session's label-skew Spectral `_semi10` file with and without its labels (results/regime.md,
-"Do 10% of labels change the backbone's linear probe?"): each run's round-0 and final backbone kNN and probe, the
+"""The forty-fourth session's `_semi10` files with and without their labels (results/regime.md, "Do 10% of labels
+change the backbone's linear probe?" and "The same question for SimCLR under joint shift"): each run's round-0 and final backbone kNN and probe, the
 learning margins (probe +4, kNN +2), and, deciding nothing, the 10%- and 1%-label probes and the probe on the run's
 own labelled samples (``labelled_linear_top1``, the `semi10` arm only). The paired test is ``fedssl claim``'s.
-Run from the repository root: ``.venv/bin/python results/runs/semi_vs_unsup/table.py [RUNS_DIR]``."""
+Run from the repository root: ``.venv/bin/python results/runs/semi_vs_unsup/table.py [RUNS_DIR]``
+(the SimCLR one: ``RUNS_DIR`` = ``results/runs/semi_vs_unsup_simclr``)."""
 import json
 import sys
 from pathlib import Path
