@@ -50,7 +50,7 @@ import yaml
 
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
                              numerics_notes, pixel_table)
-from simulator.scenario import ScenarioError, load_scenario, read_yaml
+from simulator.scenario import ScenarioError, load_scenario, lookup, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
 NEEDS_MARGIN = ("equivalent", "not_greater")
@@ -287,6 +287,26 @@ def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
+# Keys added after runs were recorded, whose default reproduces the code before them (their commit
+# left every scenario's baseline bitwise unchanged): absent from an older record means this value.
+ABSENT_MEANS = {"training.drop_last": False, "method.within_class": True, "method.label_loss": True}
+
+
+def record_differences(stored: dict, resolved: dict) -> list[str]:
+    """:func:`differing_keys` of a run's stored scenario and a resolved one, except the keys of
+    :data:`ABSENT_MEANS` that the (older) record lacks where the resolved one holds their default."""
+    return [key for key in differing_keys(stored, resolved)
+            if not (key in ABSENT_MEANS and value_at(stored, key) is None and value_at(resolved, key) == ABSENT_MEANS[key])]
+
+
+def value_at(scenario: dict, dotted: str) -> Any:
+    """``scenario``'s value at ``dotted``; None where a record lacks the key."""
+    try:
+        return lookup(scenario, dotted)
+    except (KeyError, TypeError):
+        return None
+
+
 def run_missing(suite: Suite, scenarios: dict[tuple[str, int], dict], states: list[RunState],
                 progress: bool = False) -> list[RunState]:
     """Run the new runs and resume the interrupted ones, one after another, seed by seed (every arm of
@@ -315,7 +335,7 @@ def stale_notes(scenarios: dict[tuple[str, int], dict], states: list[RunState]) 
         if state.state == "new" or not (state.run_dir / "scenario.yaml").exists():
             continue
         stored = yaml.safe_load((state.run_dir / "scenario.yaml").read_text())
-        keys = differing_keys(stored, scenarios[state.arm, state.seed])
+        keys = record_differences(stored, scenarios[state.arm, state.seed])
         if keys:
             shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
             notes.append(f"note: {state.run_dir}: its scenario differs from the suite's at {shown} "

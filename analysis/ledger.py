@@ -8,7 +8,7 @@ are shipped now and reads the margins off the runs that match:
 
 - a run **is of** a shipped file when its stored scenario (``scenario.yaml``) equals the file
   resolved at the run's seed, except at :data:`NEUTRAL` keys (they change neither what is trained
-  nor the margins' metrics) and at :data:`ABSENT_MEANS` keys missing from a record older than the
+  nor the margins' metrics) and at :data:`analysis.claims.ABSENT_MEANS` keys missing from a record older than the
   key (their default reproduces what ran before the key existed);
 - it is a **CPU** run: a run whose workers had a GPU is left out (GPU kernels are not the CPU's);
 - its code is **current** for that scenario: no commit after the run's code changed the scenario's
@@ -29,14 +29,13 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from analysis.claims import differing_keys
+from analysis.claims import record_differences
 from analysis.report import learning_verdict, points_over_round0, read_run
 from simulator.provenance import git
-from simulator.scenario import load_scenario, lookup
+from simulator.scenario import load_scenario
 
 # Keys that change neither what a run trains nor its margins' metrics: how often it is evaluated
 # (evaluations draw from no training random stream, and the last round is always evaluated), the
@@ -45,30 +44,13 @@ from simulator.scenario import load_scenario, lookup
 # test_multinode.py).
 NEUTRAL = ("eval.every", "eval.pixel_reference", "output.", "ray.address", "ray.num_workers", "ray.worker_pools",
            "ray.cuda_deterministic")
-# Keys added after runs were recorded, whose default reproduces the code before them (their commit
-# left every scenario's baseline bitwise unchanged): absent from an older record means this value.
-ABSENT_MEANS = {"training.drop_last": False}
 BASELINE = Path("tests/scenarios_baseline.json")
-
-
-def value_at(scenario: dict, dotted: str) -> Any:
-    """``scenario``'s value at ``dotted``; None where a record lacks the key."""
-    try:
-        return lookup(scenario, dotted)
-    except (KeyError, TypeError):
-        return None
 
 
 def differences(stored: dict, shipped: dict) -> list[str]:
     """Dotted keys where a run's stored scenario differs from a shipped one in what it trains or measures."""
-    keys = []
-    for key in differing_keys(stored, shipped):
-        if any(key == n or (n.endswith(".") and key.startswith(n)) for n in NEUTRAL):
-            continue
-        if key in ABSENT_MEANS and value_at(stored, key) is None and value_at(shipped, key) == ABSENT_MEANS[key]:
-            continue
-        keys.append(key)
-    return keys
+    return [key for key in record_differences(stored, shipped)
+            if not any(key == n or (n.endswith(".") and key.startswith(n)) for n in NEUTRAL)]
 
 
 def on_gpu(scenario: dict) -> bool:

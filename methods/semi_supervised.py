@@ -7,6 +7,13 @@ id, client size), so the evaluator can rebuild the same labelled subset of the t
 :class:`SemiSupervised` is this as an extension (:mod:`methods.extension`): ``method.labelled_fraction
 > 0`` adds a linear label classifier on the backbone features to the online networks and computes
 the objective's loss as :func:`semi_supervised_loss`, for any self-supervised objective.
+
+Two ablation keys switch off one of the two changes that section 2.2 makes to the plain objective
+(the paper does not ablate them; both default to the paper's Algorithm 2): ``method.within_class:
+false`` computes the plain loss over the whole batch, labelled rows included, instead of the loss
+within each class on the labelled rows; ``method.label_loss: false`` drops the label classifier's
+cross-entropy (the classifier is still built, so that every other network starts as with it, and is
+then never trained).
 """
 from __future__ import annotations
 
@@ -49,41 +56,51 @@ def labelled_train_indices(partition: Partition, seed: int, fraction: float) -> 
 
 
 def semi_supervised_loss(objective: Objective, embedding: Embedding, labels: Tensor, labelled: Tensor,
-                         classifier: nn.Module) -> Tensor:
+                         classifier: nn.Module, within_class: bool = True, label_loss: bool = True) -> Tensor:
     """Algorithm 2 without the UV term: the plain loss on the unlabelled rows, the loss within each
     class on the labelled rows (Eq. 9), and the label classifier's cross-entropy on the backbone
-    features of both views of the labelled rows (Eq. 10-11: ``CE(y | h1) + CE(y | h2)``)."""
+    features of both views of the labelled rows (Eq. 10-11: ``CE(y | h1) + CE(y | h2)``).
+    ``within_class=False``: the plain loss on every row instead of the first two terms;
+    ``label_loss=False``: no cross-entropy (the module docstring's ablations)."""
     unlabelled_rows = (~labelled).nonzero().squeeze(1)
     labelled_rows = labelled.nonzero().squeeze(1)
     loss = torch.zeros((), device=labels.device)
-    if len(unlabelled_rows):
+    if not within_class:
+        loss = loss + objective.rows_loss(embedding, labels)
+    elif len(unlabelled_rows):
         loss = loss + objective.rows_loss(embedding, labels, unlabelled_rows)
     if len(labelled_rows):
-        loss = loss + within_class_loss(lambda rows: objective.rows_loss(embedding, labels, labelled_rows[rows]),
-                                        labels[labelled_rows])
-        for features in embedding["features"]:
-            loss = loss + F.cross_entropy(classifier(features[labelled_rows]), labels[labelled_rows])
+        if within_class:
+            loss = loss + within_class_loss(lambda rows: objective.rows_loss(embedding, labels, labelled_rows[rows]),
+                                            labels[labelled_rows])
+        if label_loss:
+            for features in embedding["features"]:
+                loss = loss + F.cross_entropy(classifier(features[labelled_rows]), labels[labelled_rows])
     return loss
 
 
 class LabelledTerm(ClientTerm):
     """The semi-supervised extension bound to one client: which of its samples are labelled."""
 
-    def __init__(self, objective: Objective, labelled: Tensor, classifier: nn.Module):
+    def __init__(self, objective: Objective, labelled: Tensor, classifier: nn.Module, within_class: bool,
+                 label_loss: bool):
         self.objective, self.labelled, self.classifier = objective, labelled, classifier
+        self.within_class, self.label_loss = within_class, label_loss
 
     def base_loss(self, base):
         """Replaces the objective's batch loss (``base``) by the semi-supervised one, which splits the
         batch by label and calls the objective on each part, something a composed ``base`` cannot be
         called for; so no extension bound before this one may change the base loss (UV, the only one,
         does not: it adds a term)."""
-        return lambda embedding, labels, rows: semi_supervised_loss(self.objective, embedding, labels,
-                                                                    self.labelled[rows], self.classifier)
+        return lambda embedding, labels, rows: semi_supervised_loss(
+            self.objective, embedding, labels, self.labelled[rows], self.classifier, self.within_class, self.label_loss)
 
 
 @dataclass(frozen=True)
 class SemiSupervisedParams(Params):
     labelled_fraction: float = 0.0
+    within_class: bool = True
+    label_loss: bool = True
 
 
 class SemiSupervised(Extension):
@@ -105,6 +122,10 @@ class SemiSupervised(Extension):
             ("labelled_fraction", not (fraction > 0 and scenario["training"]["centralized"]),
              "0 with training.centralized (the labelled samples are fixed per client; the one centralized "
              "client draws other images from the union every round)"),
+            ("within_class", config.within_class or fraction > 0,
+             "true unless method.labelled_fraction > 0 (it shapes the loss of the labelled samples)"),
+            ("label_loss", config.label_loss or fraction > 0,
+             "true unless method.labelled_fraction > 0 (it trains the classifier of the labelled samples)"),
         ]
 
     def add_networks(self, online, feature_dim):
@@ -112,7 +133,8 @@ class SemiSupervised(Extension):
 
     def bind(self, workspace, objective, broadcast, data, ctx):
         mask = labelled_mask(ctx.seed, data.client_id, len(data.labels), self.config.labelled_fraction)
-        return LabelledTerm(objective, mask.to(workspace.device), workspace.online["label_classifier"])
+        return LabelledTerm(objective, mask.to(workspace.device), workspace.online["label_classifier"],
+                            self.config.within_class, self.config.label_loss)
 
     @classmethod
     def labelled_train_indices(cls, scenario, partition):

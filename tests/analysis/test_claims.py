@@ -179,8 +179,9 @@ def test_a_kept_run_whose_scenario_differs_from_the_suites_is_named_with_and_wit
     finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
     suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
     stored = tmp_path / "runs" / "b" / "seed_1" / "scenario.yaml"
-    write_yaml(stored, {**yaml.safe_load(stored.read_text()), "training": {
-        **yaml.safe_load(stored.read_text())["training"], "lr": 0.5, "momentum": 0.0}})
+    record = yaml.safe_load(stored.read_text())
+    del record["training"]["drop_last"], record["method"]["label_loss"]  # keys an older record lacks: no note
+    write_yaml(stored, {**record, "training": {**record["training"], "lr": 0.5, "momentum": 0.0}})
     note = (f"note: {stored.parent}: its scenario differs from the suite's at training.lr, training.momentum "
             f"(the run is used as it is)\n")
     for extra in ([], ["--no-run"]):

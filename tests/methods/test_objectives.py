@@ -253,6 +253,41 @@ def test_semi_supervised_terms_inside_the_method(synthetic_raw):
     assert_trained(got_grads, ["label_classifier", "encoder", "projector", "predictor", "uv_projector"])
 
 
+@pytest.mark.parametrize("within_class, label_loss", [(False, True), (True, False), (False, False)])
+def test_semi_supervised_ablations_inside_the_method(synthetic_raw, within_class, label_loss):
+    # method.within_class: false -> the plain loss over the whole batch replaces the unlabelled rows'
+    # plain loss and the labelled rows' loss within each class; method.label_loss: false -> no CE
+    # (the classifier exists and gets no gradient)
+    method, workspace, _ = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5,
+                                 within_class=within_class, label_loss=label_loss)
+    online = workspace.online
+    labelled = torch.tensor([True, True, False, True, True, False])
+    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, labelled))
+
+    def reference():
+        if within_class:
+            loss = reference_objective("spectral", online, None, VIEWS, unl, method.config)
+            loss = loss + within_class_loss(
+                lambda r: reference_objective("spectral", online, None, VIEWS, lab[r], method.config), LABELS[lab])
+        else:
+            loss = reference_objective("spectral", online, None, VIEWS, torch.arange(BATCH), method.config)
+        for v in VIEWS if label_loss else []:
+            logits = online["label_classifier"](online["encoder"](v[lab]))
+            loss = loss - logits.log_softmax(1)[torch.arange(len(lab)), LABELS[lab]].mean()
+        return loss
+
+    expected, expected_grads = value_and_grads(workspace, reference)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert_same_grads(got_grads, expected_grads)
+    assert_trained(got_grads, ["encoder", "projector"] + (["label_classifier"] if label_loss else []))
+    if not label_loss:
+        assert all(got_grads[k] is None for k in got_grads if k.startswith("label_classifier."))
+    full = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5)
+    with torch.no_grad():  # each ablation changes the loss (so the reference above tells them apart)
+        assert abs(method_loss(full[0], full[1], VIEWS, labelled) - got) > 1e-3
+
+
 def test_byol_target_is_an_ema_of_the_online_networks_inside_the_method(synthetic_raw):
     # one local step (one batch, one epoch): the uploaded target is m t0 + (1 - m) o1, o1 the uploaded
     # online networks, t0 the broadcast target (made different from the broadcast online networks)

@@ -240,6 +240,8 @@ def test_labelled_subset_is_fixed_per_client_and_rebuildable_from_the_partition(
     ({"uv_weight": -1.0}, "method.uv_weight: expected a non-negative number"),
     ({"uv": False, "labelled_fraction": 1.5}, r"method.labelled_fraction: expected a fraction in \[0, 1\]"),
     ({"uv": False, "objective": "supervised", "labelled_fraction": 0.1}, "method.labelled_fraction: expected 0"),
+    ({"uv": False, "within_class": False}, r"method.within_class: expected true unless method.labelled_fraction > 0"),
+    ({"uv": False, "label_loss": False}, r"method.label_loss: expected true unless method.labelled_fraction > 0"),
 ])
 def test_bad_values_are_one_line_errors(synthetic_raw, method, message):
     with pytest.raises(ValueError, match=message):
