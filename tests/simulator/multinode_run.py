@@ -25,7 +25,12 @@ def main() -> None:
     scenario_file, run_dir = sys.argv[1], Path(sys.argv[2])
     mode, lose_at = (sys.argv[3], int(sys.argv[4])) if len(sys.argv) > 4 else (None, None)
     lose_after = lose_at if mode == "--lose-node-after-checkpoint" else None
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    # the GCS checks each raylet every second instead of every 3 s (Ray's default) and, as by default, marks
+    # it dead after 5 failed checks in a row: a killed raylet refuses each check at once, so the lost node is
+    # declared dead after about 5 s instead of 15; a live raylet slowed by the busy machine keeps the default
+    # 10 s to answer each check
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}})
     doomed = cluster.add_node(num_cpus=2, num_gpus=1)
     cluster.add_node(num_cpus=4, num_gpus=2)
     cluster.wait_for_nodes()
