@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.ledger import History, differences, ledger, match_runs, on_gpu, self_supervised_fashion_mnist
+from analysis.ledger import (History, against_margin, differences, ledger, match_runs, on_gpu,
+                             self_supervised_fashion_mnist)
 from analysis.report import parse_margins
 from simulator.cli import main
 from simulator.scenario import load_scenario
@@ -163,12 +164,27 @@ def test_the_ledger_judges_the_runs_of_each_shipped_file_with_current_code(histo
     assert ("| `scenarios/quickstart.yaml` | 1 (2 runs), 3 | **2** (probe +3.00, kNN +3.00) (2 runs); "
             "**2** (probe +3.50, kNN +3.00) | stale or unknown: "
             "cleared 7; missed **6** (probe +2.00, kNN +5.00) |") in text
-    assert text.endswith("Of 1 shipped self-supervised Fashion-MNIST scenarios: 0 clear on every seed run, "
-                         "1 miss on some seed, 0 have no run of current code.")
+    assert ("Of 1 shipped self-supervised Fashion-MNIST scenarios: 0 clear on every seed run, "
+            "1 miss on some seed, 0 have no run of current code.") in text
+    # the mean gain over seeds of current code, a seed's runs averaged: probe 5.5, 3.1667, 4.0 (seeds 1-3);
+    # kNN 3.0, 3.0, 2.0. By hand: probe mean 4.2222, sd 1.18244, t(0.975, 2) = 4.302653, half 2.93734
+    assert ("| `scenarios/quickstart.yaml` | 3 | +4.22 [+1.28, +7.16] | straddles | +2.67 [+1.23, +4.10] | straddles |"
+            in text)
+    assert text.endswith("0 files lie above every margin, 0 below some margin, 1 straddle a margin, "
+                         "0 have one seed (no interval).")
     # a margin given on the command line changes the verdicts: probe +3 clears a margin of 3
     assert main(["ledger", str(runs), "--scenarios", str(repo / "scenarios"), "--margin", "linear_top1=3",
                  "--margin", "knn_top1=2"]) == 0
     assert "1 clear on every seed run, 0 miss on some seed" in capsys.readouterr().out
+
+
+def test_a_files_mean_gain_lies_above_below_or_across_its_margin():
+    """The 95% Student-t interval of the mean over seeds, by hand: gains 5, 6, 7 have mean 6, sd 1 and
+    half-width t(0.975, 2) / sqrt(3) = 4.302653 / 1.732051 = 2.48414."""
+    assert against_margin([5.0, 6.0, 7.0], 3.0) == ("+6.00 [+3.52, +8.48]", "above")
+    assert against_margin([5.0, 6.0, 7.0], 4.0) == ("+6.00 [+3.52, +8.48]", "straddles")
+    assert against_margin([1.0, 1.2, 1.4], 2.0) == ("+1.20 [+0.70, +1.70]", "below")  # sd 0.2, half 0.49683
+    assert against_margin([5.0], 4.0) == ("+5.00", "one seed")
 
 
 def test_bad_input_is_one_line_and_exit_2(history, tmp_path, capsys):
