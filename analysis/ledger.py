@@ -182,9 +182,11 @@ def match_runs(shipped: dict[str, dict], dirs: list[Path], history: History) -> 
     return matched
 
 
+SHORT_NAMES = {"knn_top1": "kNN", "linear_top1": "probe"}  # the margins' metrics, as the tables name them
+
+
 def gains(run: dict, margins: dict[str, float]) -> str:
-    short = {"knn_top1": "kNN", "linear_top1": "probe"}
-    return ", ".join(f"{short.get(m, m)} {points_over_round0(run, m):+.2f}" for m in margins)
+    return ", ".join(f"{SHORT_NAMES.get(m, m)} {points_over_round0(run, m):+.2f}" for m in margins)
 
 
 def counted(entries: list[str]) -> list[str]:
@@ -229,7 +231,6 @@ def spread_table(shipped: dict[str, dict], matched: list[LedgerRun], margins: di
     scenarios whose intervals lie above every margin, below some margin, or neither. Descriptive: it
     tells a file whose expected gain falls short (a setting to change) from one that misses on
     unlucky seeds; the verdict of issue 15 is the seeds table's, on every seed run."""
-    short = {"knn_top1": "kNN", "linear_top1": "probe"}
     rows, places = [], []
     for path in shipped:
         current = [r for r in matched if r.scenario == path and r.code_state == "current"]
@@ -242,7 +243,7 @@ def spread_table(shipped: dict[str, dict], matched: list[LedgerRun], margins: di
         places.append("below" if "below" in wheres else "above" if all(w == "above" for w in wheres)
                       else "one seed" if "one seed" in wheres else "straddles")
     counts = Counter(places)
-    header = " | ".join(f"{short.get(m, m)} gain, mean [95% CI] | against +{p:g}" for m, p in margins.items())
+    header = " | ".join(f"{SHORT_NAMES.get(m, m)} gain, mean [95% CI] | against +{p:g}" for m, p in margins.items())
     return "\n".join([
         f"| shipped scenario | seeds | {header} |", "|---|---|" + "---|---|" * len(margins), *rows, "",
         f"Where each file's mean gain over its seeds of current code lies against the margins (descriptive, "
