@@ -176,6 +176,14 @@ def test_the_ledger_judges_the_runs_of_each_shipped_file_with_current_code(histo
     assert main(["ledger", str(runs), "--scenarios", str(repo / "scenarios"), "--margin", "linear_top1=3",
                  "--margin", "knn_top1=2"]) == 0
     assert "1 clear on every seed run, 0 miss on some seed" in capsys.readouterr().out
+    # a file lies above when every interval lies above its margin, below when any lies below
+    for probe, knn, counts in (("1", "1", "1 files lie above every margin, 0 below"),
+                               ("8", "1", "0 files lie above every margin, 1 below"),
+                               ("1", "5", "0 files lie above every margin, 1 below"),
+                               ("1", "3", "0 files lie above every margin, 0 below some margin, 1 straddle")):
+        assert main(["ledger", str(runs), "--scenarios", str(repo / "scenarios"), "--margin", f"linear_top1={probe}",
+                     "--margin", f"knn_top1={knn}"]) == 0
+        assert counts in capsys.readouterr().out
 
 
 def test_a_files_mean_gain_lies_above_below_or_across_its_margin():
