@@ -175,7 +175,7 @@ def stopped(err: BaseException, then: str | None = None) -> int:
         name, text = err.signal_name, str(err)
     else:
         name = stop_signals.name_of(err)
-        text = f"stopped by {name} between two runs"
+        text = f"stopped by {name} {getattr(err, 'where', 'between two runs')}"
     print(f"\nfedssl: {text}" + (f"; {then}" if then else ""), file=sys.stderr)
     return 128 + getattr(signal, name)
 
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with stop_signals(), ray_connection_of_the_command():
                 run_dir, summary = run_scenario(scenario, args.out, progress=not args.quiet, resume_dir=args.resume)
-        except RunStopped as err:
+        except (RunStopped, KeyboardInterrupt) as err:
             return stopped(err)
         except RunFailure as err:
             resume = (f"; resume it with: fedssl run --resume {err.run_dir}"

@@ -39,11 +39,12 @@ def data_spec(partition_dir: Path, scenario: dict[str, Any]) -> DataSpec:
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGINT or SIGTERM reached the driver (raised by the handlers of :func:`stop_signals`)."""
+    """SIGINT or SIGTERM reached the driver (raised by the handlers of :func:`stop_signals`);
+    ``where``: when it stopped the command, for its last line."""
 
-    def __init__(self, signal_name: str = "SIGINT"):
+    def __init__(self, signal_name: str = "SIGINT", where: str = "between two runs"):
         super().__init__(signal_name)
-        self.signal_name = signal_name
+        self.signal_name, self.where = signal_name, where
 
 
 class RunStopped(Exception):
@@ -77,15 +78,21 @@ class stop_signals:
     under way ends, a checkpoint of it is written, and then :class:`Stopped` is raised, so that a
     resume goes on from there (a cluster's preemption, a Ctrl-C). A second signal stops at once.
     A request noted after a run's last round stops the command before its next run (claims, sweeps).
+
+    Python drops an exception raised while a finalizer or a weakref callback runs (it prints "Exception
+    ignored in ..." and goes on), and a signal's handler runs wherever the main thread is. So a raised
+    stop is also remembered, and raised again where the command checks (each round's end, each run's
+    start, the end of the block) until one propagates: a signal always stops the command.
     """
 
     SIGNALS = ("SIGINT", "SIGTERM")
     received: str | None = None  # the last signal received: Ray may re-raise a bare KeyboardInterrupt
     requested: str | None = None  # a signal noted while rounds were played, not yet acted on
+    raised: str | None = None  # a signal whose Stopped was raised at once (and may have been dropped)
     at_round_end = False  # whether the first signal waits for the end of the round under way
 
     def __enter__(self):
-        stop_signals.received = stop_signals.requested = None
+        stop_signals.received = stop_signals.requested = stop_signals.raised = None
         self.saved = {}
         for name in self.SIGNALS:
             number = getattr(signal, name)
@@ -101,13 +108,19 @@ class stop_signals:
             os.write(2, f"\nfedssl: {stop_signals.received}: stopping at the end of this round, once its "
                         f"checkpoint is written (send it again to stop now)\n".encode())
             return
+        stop_signals.raised = stop_signals.received
         raise Stopped(stop_signals.received)
 
     @staticmethod
+    def pending() -> str | None:
+        """The signal of a stop not yet acted on: noted during a round, or raised where it was dropped."""
+        return stop_signals.requested or stop_signals.raised
+
+    @staticmethod
     def raise_if_requested() -> None:
-        """:class:`Stopped` for a signal noted and not yet acted on."""
-        if stop_signals.requested is not None:
-            raise Stopped(stop_signals.requested)
+        """:class:`Stopped` for a signal noted, or raised and dropped, and not yet acted on."""
+        if stop_signals.pending() is not None:
+            raise Stopped(stop_signals.pending())
 
     class at_round_ends:
         """The block of a run's rounds: a first signal is noted (see :class:`stop_signals`)."""
@@ -123,10 +136,13 @@ class stop_signals:
         """The signal behind ``err``: its own, else the last one received, else SIGINT."""
         return getattr(err, "signal_name", None) or stop_signals.received or "SIGINT"
 
-    def __exit__(self, *exc):
-        stop_signals.requested = None
+    def __exit__(self, exc_type, *exc):
+        dropped = stop_signals.raised if exc_type is None else None  # the block ended as if no stop came
+        stop_signals.requested = stop_signals.raised = None
         for number, handler in self.saved.items():
             signal.signal(number, handler)
+        if dropped is not None:
+            raise Stopped(dropped, "after the command's last run ended (its results are written)")
 
 
 class ray_connection_of_the_command:
@@ -421,7 +437,7 @@ class RunLoop:
                 try:
                     while r <= rounds:
                         self.play_round(r, population, display)
-                        if r < rounds and stop_signals.requested is not None:
+                        if r < rounds and stop_signals.pending() is not None:
                             self.stop_after(r)
                         r += 1
                     self.collect_evals(wait=True)
