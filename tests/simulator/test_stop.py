@@ -324,3 +324,21 @@ def test_a_stop_dropped_in_a_finalizer_as_a_run_starts_stops_it_at_its_first_rou
             run_scenario(scenario, str(tmp_path / "run"), progress=False)
     assert (stopped.value.signal_name, stopped.value.last_round) == ("SIGTERM", 1)
     assert latest_checkpoint(stopped.value.run_dir).name == "round_00001"  # a resume goes on from round 2
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+def test_fedssl_run_whose_stop_was_dropped_ends_with_one_line_and_the_signals_code(synthetic_raw, tmp_path,
+                                                                                 monkeypatch, capsys):
+    import simulator.run
+    from simulator.cli import main
+
+    def runs_then_drops_a_signal(scenario, out=None, **_):
+        drop_a_signal_in_a_finalizer(signal.SIGTERM)
+        return Path(out), {}
+
+    monkeypatch.setattr(simulator.run, "run_scenario", runs_then_drops_a_signal)
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump({**synthetic_raw, "executor": "in_process"}))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run")]) == 128 + signal.SIGTERM
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "fedssl: stopped by SIGTERM after the command's last run ended (its results are written)", last
