@@ -1,8 +1,7 @@
 #!/bin/bash
-# Status check of eight UV files on seed 180 (results/regime.md, fifty-first session); waits for status.sh's run to end;
+# Status check of eight UV files on seed 180 (results/regime.md, fifty-first session), beside status.sh's run;
 # none started after 11:10.
 cd /work/exp51
-while pgrep -f "results/runs/status_s51/status.sh" > /dev/null; do sleep 20; done
 echo "$(date +%T) status check at $(git rev-parse --short HEAD)"
 for x in joint_shift_local_simclr joint_shift_federated_simclr joint_shift_spectral_uv label_skew_spectral \
          covariate_shift_local_simclr_semi10 label_skew_federated_simclr_semi10 covariate_shift_spectral_uv_semi10 \
