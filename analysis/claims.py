@@ -39,17 +39,17 @@ resumed from their newest checkpoint, as ``fedssl run --resume`` does.
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
                              numerics_notes, pixel_table)
+from simulator.evaluation.monitor import EVALUATED_METRIC
+from simulator.runlog import read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, load_scenario, lookup, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
@@ -133,9 +133,10 @@ def read_suite(path: str | Path) -> Suite:
         return tuple(value)
 
     def metric_of(key: str, value: Any) -> str:
-        if not isinstance(value, str) or not METRIC_NAME.fullmatch(value):
-            raise ScenarioError(source, key, f"expected a metric name (e.g. linear_top1, small_cnn/linear_top1), "
-                                             f"got {value!r}")
+        if (not isinstance(value, str) or not METRIC_NAME.fullmatch(value)
+                or not EVALUATED_METRIC.fullmatch(value.rsplit("/", 1)[-1])):
+            raise ScenarioError(source, key, f"expected a metric the evaluation gives (e.g. linear_top1, knn_top1, "
+                                             f"linear_top1_1pct, small_cnn/linear_top1), got {value!r}")
         return value
 
     seeds = raw["seeds"]
@@ -190,8 +191,9 @@ def read_suite(path: str | Path) -> Suite:
                                                                       f"got {direction!r}")
                 margin = item.get("margin")
                 if direction in NEEDS_MARGIN:
-                    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
-                        raise ScenarioError(source, f"{where}.margin", f"expected a positive number of points with "
+                    if (isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0
+                            or not math.isfinite(margin)):
+                        raise ScenarioError(source, f"{where}.margin", f"expected a positive finite number of points with "
                                                                        f"direction {direction}, got {margin!r}")
                     margin = float(margin)
                 elif margin is not None:
@@ -258,15 +260,15 @@ def run_states(suite: Suite, scenarios: dict[tuple[str, int], dict], runs_dir: P
         run_dir = suite.run_dir(runs_dir, arm, seed)
         summary = run_dir / "summary.json"
         if summary.exists():
-            done = json.loads(summary.read_text()).get("rounds_completed")
+            done = read_summary(run_dir).get("rounds_completed")
             if done != scenario["training"]["rounds"]:
                 raise ScenarioError(str(run_dir), "summary.json",
                                     f"expected a run of {scenario['training']['rounds']} rounds (the suite's), "
                                     f"found one of {done}; move it away or use another --runs-dir")
             states.append(RunState(arm, seed, run_dir, "finished"))
         elif (run_dir / "scenario.yaml").exists():
-            stored = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-            rounds = (stored.get("training") or {}).get("rounds") if isinstance(stored, dict) else None
+            stored = read_recorded_scenario(run_dir)
+            rounds = (stored.get("training") or {}).get("rounds") if isinstance(stored.get("training"), dict) else None
             if rounds != scenario["training"]["rounds"]:
                 raise ScenarioError(str(run_dir), "scenario.yaml", f"expected an interrupted run of "
                                     f"{scenario['training']['rounds']} rounds (the suite's), found one of {rounds}; "
@@ -334,7 +336,7 @@ def stale_notes(scenarios: dict[tuple[str, int], dict], states: list[RunState]) 
     for state in states:
         if state.state == "new" or not (state.run_dir / "scenario.yaml").exists():
             continue
-        stored = yaml.safe_load((state.run_dir / "scenario.yaml").read_text())
+        stored = read_recorded_scenario(state.run_dir)
         keys = record_differences(stored, scenarios[state.arm, state.seed])
         if keys:
             shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")

@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from analysis.claims import record_differences
 from analysis.report import learning_verdict, points_over_round0, read_run, t_interval
 from simulator.provenance import git
+from simulator.runlog import read_recorded_scenario
 from simulator.scenario import load_scenario
 
 # Keys that change neither what a run trains nor its margins' metrics: how often it is evaluated
@@ -172,7 +171,7 @@ def match_runs(shipped: dict[str, dict], dirs: list[Path], history: History) -> 
         by_name.setdefault(scenario["name"], []).append(path)
     matched = []
     for run_dir in dirs:
-        stored = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+        stored = read_recorded_scenario(run_dir)
         if on_gpu(stored):
             continue
         for path in by_name.get(stored.get("name"), []):

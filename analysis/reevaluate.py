@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data, raw_pixels, summarize_evaluations
 from analysis.report import group_means
 from methods import build_method
@@ -20,7 +18,7 @@ from simulator.federation import Server
 from simulator.resources import threads
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec
-from simulator.runlog import latest_checkpoint
+from simulator.runlog import latest_checkpoint, read_checkpoint
 from simulator.scenario import load_scenario
 
 
@@ -43,7 +41,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     if checkpoint is None:
         raise ValueError(f"{run_dir}: no checkpoint to evaluate (the run stopped before its first)")
     scenario = load_scenario(run_dir / "scenario.yaml", evaluation_overrides(list(overrides)))
-    saved = torch.load(checkpoint / "state.pt", weights_only=False)
+    saved = read_checkpoint(checkpoint)
     server = Server(build_method(scenario, data_spec(prepare_partition(scenario), scenario)))
 
     def load_client_state(cid: int):

@@ -1,7 +1,6 @@
 """Tables of results from run directories: per-seed rows and mean +- std per scenario name."""
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -10,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import yaml
+
+from simulator.runlog import read_recorded_scenario, read_summary
 
 METRICS = ("knn_top1", "linear_top1")
 # Shown when every run has it (runs whose networks have a projector, logged since it was added).
@@ -46,10 +46,16 @@ def read_run(run_dir: Path) -> dict:
     summary_path = run_dir / "summary.json"
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir}: no such run directory")
+    if not (run_dir / "scenario.yaml").exists():
+        raise ValueError(f"{run_dir}: not a run directory (no scenario.yaml); expected a directory written by "
+                         f"fedssl run")
     if not summary_path.exists():
         raise ValueError(f"{run_dir}: no summary.json (the run did not finish)")
-    summary = json.loads(summary_path.read_text())
-    scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    summary, scenario = read_summary(run_dir), read_recorded_scenario(run_dir)
+    for section in ("initial", "final"):
+        if not isinstance(summary.get(section), dict):
+            raise ValueError(f"{summary_path}: {section}: expected the evaluated metrics, got "
+                             f"{summary.get(section)!r} (a run with evaluation off has nothing to tabulate)")
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], **summary,
             "groups": final_group_means(run_dir / "metrics.parquet")}
 
@@ -150,8 +156,9 @@ def parse_margins(items: list[str] | None) -> dict[str, float]:
             margins[metric] = float(points)
         except ValueError:
             raise ValueError(f"--margin: expected METRIC=POINTS, e.g. knn_top1=2, got {item!r}") from None
-        if not metric or not margins[metric] >= 0:
-            raise ValueError(f"--margin: expected METRIC=POINTS with a metric name and POINTS >= 0, got {item!r}")
+        if not metric or not 0 <= margins[metric] < math.inf:
+            raise ValueError(f"--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, "
+                             f"got {item!r}")
     return margins
 
 

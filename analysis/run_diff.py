@@ -11,12 +11,13 @@ differs, and for each run its round-0 and last backbone kNN and linear probe, it
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from simulator.runlog import read_summary
 
 MACHINE_DEPENDENT = ("time/", "memory/")
 HEADLINE = ("eval/knn_top1", "eval/linear_top1")
@@ -76,7 +77,7 @@ def provenance(run_dir: Path) -> str:
     path = run_dir / "summary.json"
     if not path.is_file():
         return "no summary.json (unfinished, or not kept)"
-    summary = json.loads(path.read_text())
+    summary = read_summary(run_dir)
     code, numerics = summary.get("code"), summary.get("numerics")
     return (f"code {'; '.join(code) if code else 'not recorded'}, "
             f"numerics {'; '.join(numerics) if numerics else 'not recorded'}")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simulator.progress import Pace
-from simulator.runlog import atomic_write
+from simulator.runlog import atomic_write, check_out
 from simulator.scenario import ScenarioError, load_scenario
 
 MEASURES = {
@@ -36,6 +36,8 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
         key, sep, listed = over.partition("=")
         if not sep or not listed:
             raise ScenarioError("--over", over, "expected dotted.key=value1,value2,...")
+        if key in keys:
+            raise ScenarioError("--over", key, "swept twice; expected each key in one --over with all its values")
         keys.append(key)
         values.append(listed.split(","))
     return keys, [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*values)]
@@ -60,12 +62,17 @@ def row_of(overrides: list[str], scenario: dict[str, Any], summary: dict[str, An
     return row
 
 
-def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, progress: bool) -> list[dict]:
+def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, progress: bool,
+              check: Callable[[dict, str], None] | None = None) -> list[dict]:
+    """Every combination's run, one after another, in ``out``. Before any is written, every combination
+    is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's data check)."""
     from simulator.run import run_scenario
     keys, combos = grid(overs)
     scenarios = [load_scenario(scenario_file, [*sets, *combo]) for combo in combos]  # all valid before any runs
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out}: output directory is not empty; choose another --out")
+    for combo, scenario in zip(combos, scenarios):
+        if check is not None:
+            check(scenario, f"{scenario_file} ({', '.join(combo)})")
+    check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     pace = Pace(len(combos))

@@ -17,8 +17,16 @@ from pathlib import Path
 from simulator.scenario import ScenarioError, load_scenario
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser (and, through ``add_subparsers``, its commands') whose usage errors are one line,
+    ``fedssl run: error: ...; see fedssl run --help``, and exit code 2, as every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fedssl", description="Federated self-supervised learning simulator")
+    p = OneLineParser(prog="fedssl", description="Federated self-supervised learning simulator")
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (("run", "run a scenario"), ("validate", "check a scenario and its data")):
         cmd = sub.add_parser(name, help=text)
@@ -151,7 +159,8 @@ def study(args) -> int:
         if args.command == "sweep":
             from analysis.sweep import markdown, run_sweep
             with stop_signals(), ray_connection_of_the_command():
-                rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False)
+                rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False,
+                                 check=check_data)
             print(markdown(rows), end="")
         else:
             from analysis.benchmark import format_results, run_benchmark
@@ -200,6 +209,7 @@ def claim(args) -> int:
 
     from analysis.claims import arm_scenarios, read_suite, restrict_to_arms, run_missing, run_states, stale_notes
     from simulator.data.datasets import DatasetUnavailable
+    from simulator.runlog import check_directory_path
     from simulator.deadline import Deadline, stop_at
     try:
         deadline = Deadline.parse(args.until) if args.until is not None else None
@@ -208,9 +218,11 @@ def claim(args) -> int:
             suite = restrict_to_arms(suite, [name.strip() for name in args.arms.split(",")])
         scenarios = arm_scenarios(suite)
         runs_dir = Path(args.runs_dir or suite.out)
+        check_directory_path(runs_dir, "--runs-dir" if args.runs_dir else f"{suite.path}'s out")
         states = run_states(suite, scenarios, runs_dir)
+        notes = stale_notes(scenarios, states)
         if args.no_run:
-            for note in stale_notes(scenarios, states):
+            for note in notes:
                 print(note, file=sys.stderr)
             return interim_claim(suite, states, runs_dir)
         for state in states:  # every run to start or resume: its data at hand, before any runs
@@ -218,10 +230,10 @@ def claim(args) -> int:
                 check_data(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
             elif state.state == "interrupted":
                 check_data(load_scenario(state.run_dir / "scenario.yaml"), str(state.run_dir / "scenario.yaml"))
-    except (ScenarioError, DatasetUnavailable) as err:
+    except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
-    for note in stale_notes(scenarios, states):
+    for note in notes:
         print(note, file=sys.stderr)
     from simulator.federation import RunFailure
     from simulator.run import RunStopped, ray_connection_of_the_command, stop_signals

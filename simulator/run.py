@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import signal
 import sys
@@ -10,8 +9,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from simulator.evaluation.monitor import raw_pixels, summarize_evaluations
 from methods import METHODS
@@ -24,9 +21,9 @@ from simulator.population import CohortSchedule, Population
 from simulator.progress import Progress
 from simulator.provenance import code_version
 from simulator.resources import memory_mb, process_start_time
-from simulator.scenario import fraction_suffix
-from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, restore_client_states, write_checkpoint,
-                              write_summary)
+from simulator.scenario import ScenarioError, fraction_suffix
+from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, read_checkpoint, restore_client_states,
+                              write_checkpoint, write_summary)
 
 
 def data_spec(partition_dir: Path, scenario: dict[str, Any]) -> DataSpec:
@@ -224,7 +221,7 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
                 if (run_dir / partial).is_file():
                     (run_dir / partial).unlink()
         if checkpoint is not None:
-            resumed = torch.load(checkpoint / "state.pt", weights_only=False)
+            resumed = read_checkpoint(checkpoint)
             if client_state_dir is not None:
                 restore_client_states(checkpoint, client_state_dir)
             federation.restore(resumed["state"])
@@ -391,8 +388,8 @@ class RunLoop:
         payload = None
         if checkpoint is not None:
             try:
-                payload = torch.load(checkpoint / "state.pt", weights_only=False)
-            except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+                payload = read_checkpoint(checkpoint)
+            except (OSError, ScenarioError) as err:
                 raise ServerFailure(f"{lost} and its checkpoint {checkpoint} cannot be read ({err})") from None
         self.federation.replace_server()
         self.pending.clear()

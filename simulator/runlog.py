@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import time
 from datetime import datetime
@@ -43,11 +44,52 @@ def flat_hparams(node: dict[str, Any], prefix: str = "") -> dict[str, str | floa
     return flat
 
 
-def check_out(out: str | Path) -> None:
-    """Raise ``FileExistsError`` if ``out`` holds files already (a run never writes into such a
-    directory)."""
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A run's ``summary.json``; ``ScenarioError`` naming the file where it is not the JSON object that
+    :func:`write_summary` writes (``FileNotFoundError`` where there is none)."""
+    from simulator.scenario import ScenarioError
+    path = run_dir / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ScenarioError(str(path), "-", f"not valid JSON ({err}); expected the summary that fedssl run "
+                                            f"writes") from None
+    if not isinstance(summary, dict):
+        raise ScenarioError(str(path), "-", f"expected a JSON object (the summary fedssl run writes), got "
+                                            f"{type(summary).__name__}")
+    return summary
+
+
+def read_recorded_scenario(run_dir: Path) -> dict[str, Any]:
+    """A run's ``scenario.yaml`` as recorded (not resolved again); ``ScenarioError`` naming the file
+    where it is not a YAML mapping with a ``name`` and an integer ``seed``."""
+    from simulator.scenario import ScenarioError, read_yaml
+    path = run_dir / "scenario.yaml"
+    recorded = read_yaml(path)
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("name"), str) \
+            or not isinstance(recorded.get("seed"), int):
+        raise ScenarioError(str(path), "-", "expected the resolved scenario fedssl run writes (a mapping with "
+                                            "name and seed)")
+    return recorded
+
+
+def check_directory_path(path: str | Path, option: str) -> None:
+    """Raise ``FileExistsError`` if ``path`` (given as ``option``) cannot be a directory: it, or the
+    nearest of its parents that exists, is a file."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        where = "is a file" if existing == Path(path) else f"lies under the file {existing}"
+        raise FileExistsError(f"{path}: {where}; expected a directory for {option}")
+
+
+def check_out(out: str | Path, option: str = "--out") -> None:
+    """Raise ``FileExistsError`` if ``out`` cannot be a new run's directory: it holds files already (a
+    run never writes into such a directory), or it or a parent is a file."""
+    check_directory_path(out, option)
     if Path(out).exists() and any(Path(out).iterdir()):
-        raise FileExistsError(f"{out}: output directory is not empty; choose another --out")
+        raise FileExistsError(f"{out}: output directory is not empty; choose another {option}")
 
 
 def new_run_dir(out: str | None, scenario: dict) -> Path:
@@ -128,6 +170,21 @@ class RunLog:
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     atomic_write(run_dir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+
+
+def read_checkpoint(checkpoint: Path) -> dict[str, Any]:
+    """The driver's payload in ``checkpoint/state.pt`` (:func:`write_checkpoint`); ``ScenarioError``
+    naming the file where it cannot be read as one (``OSError`` where it cannot be read at all)."""
+    from simulator.scenario import ScenarioError
+    path = checkpoint / "state.pt"
+    try:
+        payload = torch.load(path, weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        raise ScenarioError(str(path), "-", f"cannot be read ({err}); expected a checkpoint written by "
+                                            f"fedssl run") from None
+    if not isinstance(payload, dict) or not {"round", "state"} <= set(payload):
+        raise ScenarioError(str(path), "-", "expected a checkpoint written by fedssl run (round and state)")
+    return payload
 
 
 def write_checkpoint(run_dir: Path, round_index: int, payload: dict[str, Any],

@@ -110,7 +110,23 @@ def choices() -> dict[str, tuple[str, ...]]:
 
 class ScenarioLoader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2's floats: ``1e-3`` and ``5E-4`` are numbers (YAML 1.1, which
-    PyYAML follows, reads an exponent without a dot, as researchers write learning rates, as a string)."""
+    PyYAML follows, reads an exponent without a dot, as researchers write learning rates, as a string),
+    and a key written twice in one mapping is an error (PyYAML keeps the last silently, so a second
+    ``training:`` section would drop the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is written twice in one mapping; expected each key once",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 ScenarioLoader.add_implicit_resolver(
@@ -128,9 +144,11 @@ def read_yaml(path: str | Path) -> Any:
     ``ScenarioError`` (``FILE: -: cannot read the file (...)``, ``FILE: line N: not valid YAML (...)``)."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ScenarioError(source, "-", f"cannot read the file ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(source, "-", "cannot read the file (not UTF-8 text); expected a YAML text file") from None
     try:
         return parse_yaml(text)
     except yaml.YAMLError as err:
@@ -161,15 +179,22 @@ def apply_override(raw: dict, item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ScenarioError("--set", key, f"{part!r} is not a section")
-    node[parts[-1]] = parse_yaml(value)
+    try:
+        node[parts[-1]] = parse_yaml(value)
+    except yaml.YAMLError as err:
+        raise ScenarioError("--set", key, f"the value is not valid YAML ({getattr(err, 'problem', None) or err}); "
+                                          f"expected e.g. 5, 0.1, true, [0.8, 1.0] or a name") from None
 
 
 def resolve(raw: dict, source: str = "<scenario>") -> dict[str, Any]:
     """Defaults merged with ``raw``, type- and range-checked; raises ``ScenarioError``."""
     from methods import METHODS
     defaults = copy.deepcopy(DEFAULTS)
-    method_name = (raw.get("method") or {}).get("name", defaults["method"]["name"])
-    if method_name not in METHODS:
+    method_section = raw.get("method") or {}
+    if not isinstance(method_section, dict):
+        raise ScenarioError(source, "method", f"expected a mapping, got {type(method_section).__name__}")
+    method_name = method_section.get("name", defaults["method"]["name"])
+    if not isinstance(method_name, str) or method_name not in METHODS:
         raise ScenarioError(source, "method.name", f"expected one of {', '.join(METHODS)}, got {method_name!r}")
     defaults["method"].update(copy.deepcopy(METHODS[method_name].params))
     scenario = merge(defaults, raw, source, "")

@@ -1,6 +1,7 @@
 """Evaluation of a run's encoder: the labelled data it uses and the metrics it reports."""
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ def load_eval_data(scenario: Mapping[str, Any]) -> EvalData:
 
 
 ALIGN_UNIFORM_IMAGES = 2000
+# Every metric name evaluate_network can give (which ones a run has depends on its scenario and network).
+EVALUATED_METRIC = re.compile(r"(?:knn|linear|knn_projector|labelled_linear)_top1|align|unif|align_unif_score"
+                              r"|(?:knn|linear|finetune)_top1_\d+(?:p\d+)?pct")
 # Fine-tuning's light augmentation: a mild random resized crop and the scenario's flip, no colour.
 FINETUNE_CROP_SCALE = (0.8, 1.0)
 

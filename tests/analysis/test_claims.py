@@ -279,13 +279,17 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
     cases = [
         ({"colour": 1}, "colour: unknown key; expected one of claim, paper, seeds"),
         ({"seeds": [0, 0]}, "seeds: expected a non-empty list of distinct non-negative integers, got [0, 0]"),
-        ({"primary": None}, "primary: expected a metric name"),
+        ({"primary": None}, "primary: expected a metric the evaluation gives"),
         ({"comparisons": [{"arm": "a", "baseline": "z", "direction": "greater"}]},
          "comparisons[0].baseline: expected one of the arms a, b, got 'z'"),
         ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "bigger"}]},
          "comparisons[0].direction: expected one of greater, equivalent, not_greater, got 'bigger'"),
         ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "equivalent"}]},
-         "comparisons[0].margin: expected a positive number of points with direction equivalent, got None"),
+         "comparisons[0].margin: expected a positive finite number of points with direction equivalent, got None"),
+        ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "equivalent", "margin": float("inf")}]},
+         "comparisons[0].margin: expected a positive finite number of points with direction equivalent, got inf"),
+        ({"primary": "linear_top5"}, "primary: expected a metric the evaluation gives (e.g. linear_top1"),
+        ({"secondary": ["small_cnn/knn_top2"]}, "secondary: expected a metric the evaluation gives"),
         ({"arms": {"a": {"scenario": str(tmp_path / "missing.yaml")}, "b": {"scenario": str(scenario_file)}}},
          "arms.a: " + str(tmp_path / "missing.yaml") + ": -: cannot read the file"),
         ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["training.lr=-1"]}}},
@@ -318,6 +322,36 @@ def test_an_interrupted_run_whose_data_are_gone_is_one_line_before_anything_runs
     assert err.startswith(f"fedssl: error: fashion_mnist: dataset.root {gone} is not a directory"), err
     assert err.count("\n") == 1, err
     assert not (tmp_path / "runs" / "b").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("damaged, content, expected", [
+    ("summary.json", "{not json", "summary.json: -: not valid JSON"),
+    ("scenario.yaml", "name: [unclosed", "scenario.yaml: line 1: not valid YAML"),
+])
+@pytest.mark.parametrize("extra", [[], ["--no-run"]])
+def test_a_damaged_kept_run_is_one_line_naming_its_file_before_anything_runs(tmp_path, synthetic_raw, capsys,
+                                                                            monkeypatch, damaged, content, expected,
+                                                                            extra):
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    run_dir = tmp_path / "runs" / "b" / "seed_1"
+    (run_dir / damaged).write_text(content)
+    (tmp_path / "runs" / "a" / "seed_2" / "summary.json").unlink()  # a run to resume, were the check late
+    assert main(["claim", str(suite), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {run_dir / expected}") and err.count("\n") == 1, err
+
+
+def test_a_runs_dir_that_is_a_file_is_one_line_before_anything_runs(tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    afile = tmp_path / "notes.txt"
+    afile.write_text("data")
+    assert main(["claim", str(suite), "--runs-dir", str(afile)]) == 2
+    assert capsys.readouterr().err == f"fedssl: error: {afile}: is a file; expected a directory for --runs-dir\n"
+    assert afile.read_text() == "data"
 
 
 def test_the_shipped_suites_are_well_formed():

@@ -203,6 +203,13 @@ def test_bad_input_is_one_line_and_exit_2(history, tmp_path, capsys):
     empty.mkdir()
     assert main(["ledger", str(empty), "--scenarios", str(empty)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    damaged = tmp_path / "runs" / "damaged"  # a kept run whose recorded scenario is not a scenario
+    write_run(tmp_path / "runs", "damaged", load_scenario(repo / "scenarios/quickstart.yaml"), probe=5.0, knn=3.0,
+              code_lines=None)
+    (damaged / "scenario.yaml").write_text("- a list\n")
+    assert main(["ledger", str(tmp_path / "runs"), "--scenarios", str(repo / "scenarios")]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {damaged / 'scenario.yaml'}: -: expected the resolved "
+                                       f"scenario fedssl run writes (a mapping with name and seed)\n")
 
 
 def test_outside_a_repository_every_run_is_of_unknown_code(history, tmp_path):

@@ -122,3 +122,22 @@ def test_evaluate_adds_fine_tuning_to_a_finished_run(tiny_run, capsys):
     cells = " | ".join(f"{100 * again['final'][m]:.2f}" for m in ("knn_top1_5pct", "linear_top1_5pct",
                                                                    "finetune_top1_5pct"))
     assert f"| {cells} | 2 |" in out
+
+
+def test_a_checkpoint_that_cannot_be_read_is_one_line_in_evaluate_and_resume(tiny_run, tmp_path, capsys):
+    import shutil
+    run_dir = tmp_path / "copy"
+    shutil.copytree(tiny_run, run_dir)
+    newest = sorted((run_dir / "checkpoints").glob("round_*"))[-1]
+    (newest / "state.pt").write_bytes(b"not a checkpoint")
+    expected = (f"fedssl: error: {newest / 'state.pt'}: -: cannot be read (")
+    assert main(["evaluate", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.endswith("; expected a checkpoint written by fedssl run\n"), err
+    assert err.count("\n") == 1, err
+    (run_dir / "summary.json").unlink()  # an interrupted run whose newest checkpoint is damaged
+    before = listing(run_dir)
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
+    assert listing(run_dir) == before  # nothing lost or rewritten

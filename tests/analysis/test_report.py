@@ -34,12 +34,39 @@ def test_table_has_mean_std_per_scenario_and_per_seed_rows(tmp_path):
 
 def test_unfinished_run_is_an_error(tmp_path, capsys):
     (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "scenario.yaml").write_text(yaml.safe_dump({"name": "a", "seed": 0}))
     with pytest.raises(ValueError, match="no summary.json"):
         read_run(tmp_path / "half")
     assert main(["report", str(tmp_path / "half")]) == 2
     assert "did not finish" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "typo")]) == 2  # not "did not finish": it never started
     assert capsys.readouterr().err == f"fedssl: error: {tmp_path / 'typo'}: no such run directory\n"
+    (tmp_path / "folder").mkdir()  # nor for a folder that holds no run at all
+    assert main(["report", str(tmp_path / "folder")]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {tmp_path / 'folder'}: not a run directory (no scenario.yaml); "
+                                       f"expected a directory written by fedssl run\n")
+
+
+@pytest.mark.parametrize("damaged, content, expected", [
+    ("summary.json", "{not json", "summary.json: -: not valid JSON (Expecting property name"),
+    ("summary.json", "[1, 2]", "summary.json: -: expected a JSON object (the summary fedssl run writes), got list"),
+    ("summary.json", "{}", "summary.json: initial: expected the evaluated metrics, got None"),
+    ("scenario.yaml", "name: [unclosed", "scenario.yaml: line 1: not valid YAML"),
+    ("scenario.yaml", "- a list", "scenario.yaml: -: expected the resolved scenario fedssl run writes"),
+])
+def test_a_damaged_run_file_is_one_line_naming_it_in_report_and_diff(tmp_path, capsys, damaged, content, expected):
+    good, run_dir = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7)
+    (run_dir / damaged).write_text(content)
+    commands = [["report", str(run_dir)]]
+    if damaged == "summary.json" and content != "{}":  # diff reads the summary for its code line
+        pq.write_table(pa.table({"round": [0], "name": ["eval/knn_top1"], "value": [0.5]}), good / "metrics.parquet")
+        pq.write_table(pa.table({"round": [0], "name": ["eval/knn_top1"], "value": [0.5]}), run_dir / "metrics.parquet")
+        commands.append(["diff", str(good), str(run_dir)])
+    for argv in commands:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedssl: error: {run_dir / expected}"), err
+        assert err.count("\n") == 1, err
 
 
 def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys):
@@ -250,7 +277,8 @@ def test_learning_table_says_whether_each_run_gains_more_with_1pct_of_the_labels
 
 @pytest.mark.parametrize("margin, message", [
     ("knn_top1", "--margin: expected METRIC=POINTS, e.g. knn_top1=2, got 'knn_top1'"),
-    ("knn_top1=-1", "--margin: expected METRIC=POINTS with a metric name and POINTS >= 0, got 'knn_top1=-1'"),
+    ("knn_top1=-1", "--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, got 'knn_top1=-1'"),
+    ("knn_top1=inf", "--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, got 'knn_top1=inf'"),
     ("nope=2", "--margin: expected metrics every run has (knn_top1, linear_top1), got nope"),
 ])
 def test_a_bad_margin_is_one_line_exit_2(tmp_path, capsys, margin, message):

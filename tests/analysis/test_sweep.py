@@ -15,6 +15,19 @@ def test_grid_is_the_product_of_the_swept_values():
     assert len(combos) == 6 and combos[0] == ["population.num_clients=10", "seed=0"]
     with pytest.raises(ScenarioError, match="expected dotted.key=value1,value2"):
         grid(["seed"])
+    with pytest.raises(ScenarioError, match="--over: seed: swept twice; expected each key in one --over"):
+        grid(["seed=0,1", "population.num_clients=10", "seed=2"])
+
+
+def test_a_combination_whose_data_cannot_be_had_stops_the_sweep_before_anything_is_written(synthetic_raw, tmp_path,
+                                                                                           capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({**synthetic_raw, "partition": {"kind": "classes_per_client"}}))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(scenario), "--over", "partition.k=2,11", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {scenario} (partition.k=11): partition: ") and err.count("\n") == 1, err
+    assert not out.exists()
 
 
 def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, capsys):

@@ -63,6 +63,30 @@ def test_used_output_directory_is_refused(synthetic_raw, tmp_path, capsys):
     assert not (tmp_path / "cache").exists()  # refused before the data (and Ray) were touched
 
 
+def test_an_output_path_that_is_a_file_or_lies_under_one_is_refused(synthetic_raw, tmp_path, capsys):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("data")
+    for out, where in ((afile, "is a file"), (afile / "run", f"lies under the file {afile}")):
+        assert main(["run", str(write(tmp_path, synthetic_raw)), "--out", str(out)]) == 2
+        assert capsys.readouterr().err == f"fedssl: error: {out}: {where}; expected a directory for --out\n"
+    assert afile.read_text() == "data" and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("argv, prog, message", [
+    (["runn"], "fedssl", "argument command: invalid choice: 'runn'"),
+    (["run", "s.yaml", "--bogus"], "fedssl", "unrecognized arguments: --bogus"),
+    (["claim"], "fedssl claim", "the following arguments are required: suite"),
+    (["sweep", "s.yaml", "--out", "x"], "fedssl sweep", "the following arguments are required: --over"),
+])
+def test_a_usage_error_is_one_line_exit_2(capsys, argv, prog, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{prog}: error: {message}") and err.endswith(f"; see {prog} --help\n"), err
+    assert err.count("\n") == 1, err
+
+
 BAD_METHOD_VALUES = [  # (method section, the key the error names); one per method and rule kind
     ({"name": "fedavg", "objective": "supervised", "uv": True}, "method.uv"),
     ({"name": "fedavg", "uv_weight": -1.0}, "method.uv_weight"),

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.scenario import ScenarioError, load_scenario
+from simulator.scenario import ScenarioError, load_scenario, parse_yaml
 
 SCENARIOS = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").rglob("*.yaml"))
 
@@ -56,6 +56,8 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"population": {"dropout": 1.5}}, "population.dropout", "probability"),
     ({"augment": {"crop_scale": [0.9, 0.2]}}, "augment.crop_scale", "0 < min <= max <= 1"),
     ({"dataset": "fashion_mnist"}, "dataset", "expected a mapping"),
+    ({"method": "byol"}, "method", "expected a mapping, got str"),
+    ({"method": {"name": ["fedavg"]}}, "method.name", "expected one of fedavg"),
     ({"ray": {"worker_pools": [{"name": "big", "count": 1}]}}, "ray.worker_pools[0]",
      "expected a list of {name, count, num_cpus, num_gpus}"),
     ({"ray": {"worker_pools": [{"name": "big", "count": 0, "num_cpus": 1, "num_gpus": 0}]}},
@@ -101,6 +103,40 @@ def test_unreadable_and_invalid_yaml_files(tmp_path):
     bad.write_text("name: [unclosed\n")
     with pytest.raises(ScenarioError, match="not valid YAML"):
         load_scenario(bad)
+
+
+def test_a_file_that_is_not_utf8_text_is_one_scenario_error(tmp_path):
+    path = tmp_path / "utf16.yaml"
+    path.write_text("name: x\n", encoding="utf-16")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}: -: cannot read the file (not UTF-8 text); expected a YAML text file"
+
+
+def test_a_key_written_twice_in_one_mapping_is_an_error_not_a_silent_replacement(tmp_path):
+    # PyYAML keeps the last of two equal keys: the first training section would vanish without a word
+    path = tmp_path / "twice.yaml"
+    path.write_text("training: {rounds: 5}\nname: x\ntraining:\n  lr: 0.1\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == (f"{path}: line 3: not valid YAML (the key 'training' is written twice in one "
+                              f"mapping; expected each key once)")
+    path.write_text("training: {rounds: 5, lr: 0.1, rounds: 6}\n")
+    with pytest.raises(ScenarioError, match="line 1: not valid YAML \\(the key 'rounds' is written twice"):
+        load_scenario(path)
+    with pytest.raises(ScenarioError, match="--set: augment: the value is not valid YAML \\(the key 'flip_prob'"):
+        load_scenario(write(tmp_path, {}), ["augment={flip_prob: 0.5, flip_prob: 0}"])
+    # a key a merge brings in and the mapping sets again is no repeat: the mapping's own value wins, as in YAML
+    assert parse_yaml("base: &base {rounds: 5, lr: 0.1}\ntraining:\n  <<: *base\n  rounds: 6\n")["training"] == {
+        "rounds": 6, "lr": 0.1}
+
+
+def test_a_set_value_that_is_not_valid_yaml_is_one_scenario_error(tmp_path):
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, {}), ["training.lr=[1,"])
+    message = str(err.value)
+    assert message.startswith("--set: training.lr: the value is not valid YAML (") and "\n" not in message
+    assert message.endswith("expected e.g. 5, 0.1, true, [0.8, 1.0] or a name")
 
 
 def test_shipped_scenarios_are_valid():

@@ -1,6 +1,6 @@
 import pytest
 
-from simulator.evaluation.monitor import summarize_evaluations
+from simulator.evaluation.monitor import EVALUATED_METRIC, summarize_evaluations
 from tests.conftest import LABEL_EFFICIENT_EVAL
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # every test: one torch thread (tests/conftest.py)
@@ -38,6 +38,7 @@ def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_
     assert set(metrics) == {"knn_top1", "linear_top1", "labelled_linear_top1", "align", "unif", "align_unif_score",
                             "knn_top1_1pct", "linear_top1_1pct", "knn_top1_10pct", "linear_top1_10pct"}
     assert metrics == evaluate_network(network, data, scenario)  # deterministic
+    assert all(EVALUATED_METRIC.fullmatch(name) for name in metrics)  # the names a claim suite may name
     unlabelled = load_eval_data(resolve(synthetic_raw))
     assert unlabelled.labelled_x is None
 
@@ -57,6 +58,7 @@ def test_a_projector_adds_a_knn_on_its_output_of_the_backbone_features(synthetic
                                       data, scenario)
     without = evaluate_network(torch.nn.ModuleDict({"encoder": encoder}), data, scenario)
     assert set(with_projector) - set(without) == {"knn_projector_top1"}
+    assert all(EVALUATED_METRIC.fullmatch(name) for name in with_projector)
     assert without == {k: v for k, v in with_projector.items() if k != "knn_projector_top1"}
     with torch.no_grad():
         project = lambda x: projector(encoder(x.float() / 255))  # noqa: E731
@@ -139,6 +141,7 @@ def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(
     torch.manual_seed(0)
     encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))
     metrics = evaluate_network(torch.nn.ModuleDict({"encoder": encoder}), data, scenario)
+    assert "finetune_top1_10pct" in metrics and all(EVALUATED_METRIC.fullmatch(name) for name in metrics)
     train_f, test_f = extract_features(encoder, data.train_x), extract_features(encoder, data.test_x)
     expected = {"knn_top1_10pct": [], "linear_top1_10pct": [], "finetune_top1_10pct": []}
     for draw in range(2):
