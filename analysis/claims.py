@@ -193,8 +193,9 @@ def read_suite(path: str | Path) -> Suite:
                 if direction in NEEDS_MARGIN:
                     if (isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0
                             or not math.isfinite(margin)):
-                        raise ScenarioError(source, f"{where}.margin", f"expected a positive finite number of points with "
-                                                                       f"direction {direction}, got {margin!r}")
+                        raise ScenarioError(source, f"{where}.margin", f"expected a positive finite number of "
+                                                                       f"points with direction {direction}, got "
+                                                                       f"{margin!r}")
                     margin = float(margin)
                 elif margin is not None:
                     raise ScenarioError(source, f"{where}.margin", f"expected no margin with direction {direction}")
@@ -268,7 +269,8 @@ def run_states(suite: Suite, scenarios: dict[tuple[str, int], dict], runs_dir: P
             states.append(RunState(arm, seed, run_dir, "finished"))
         elif (run_dir / "scenario.yaml").exists():
             stored = read_recorded_scenario(run_dir)
-            rounds = (stored.get("training") or {}).get("rounds") if isinstance(stored.get("training"), dict) else None
+            training = stored.get("training")
+            rounds = training.get("rounds") if isinstance(training, dict) else None
             if rounds != scenario["training"]["rounds"]:
                 raise ScenarioError(str(run_dir), "scenario.yaml", f"expected an interrupted run of "
                                     f"{scenario['training']['rounds']} rounds (the suite's), found one of {rounds}; "

@@ -69,8 +69,8 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
     from simulator.run import run_scenario
     keys, combos = grid(overs)
     scenarios = [load_scenario(scenario_file, [*sets, *combo]) for combo in combos]  # all valid before any runs
-    for combo, scenario in zip(combos, scenarios):
-        if check is not None:
+    if check is not None:
+        for combo, scenario in zip(combos, scenarios):
             check(scenario, f"{scenario_file} ({', '.join(combo)})")
     check_out(out)
     out.mkdir(parents=True, exist_ok=True)
