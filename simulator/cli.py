@@ -21,8 +21,18 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse's parser (and, through ``add_subparsers``, its commands') whose usage errors are one line,
     ``fedssl run: error: ...; see fedssl run --help``, and exit code 2, as every other bad input."""
 
+    commands: dict[str, argparse.ArgumentParser] = {}  # the top-level parser's, by name (set by parser())
+
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an unknown option is reported by the command it was given to."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.commands.get(getattr(parsed, "command", None), self).error(
+                f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def parser() -> argparse.ArgumentParser:
@@ -92,6 +102,7 @@ def parser() -> argparse.ArgumentParser:
     claim.add_argument("--no-run", action="store_true",
                        help="run nothing: print the table over the seeds finished in every arm (an interim one, "
                             "without a verdict, until every seed has finished)")
+    p.commands = dict(sub.choices)
     return p
 
 
