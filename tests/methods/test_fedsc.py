@@ -109,7 +109,8 @@ def test_alpha_one_reproduces_fedavg_spectral_bitwise(synthetic_raw):
     run_round(decaying, servers["decaying"], scenario, 0, (0, 1, 2, 3))
     for r, cohort in ((1, (0, 2)), (2, (1, 3))):
         _, _, extras, _ = run_round(fedsc, servers["fedsc"], scenario, r, cohort)
-        assert all(extra["correlation"].abs().sum() > 0 for extra in extras.values())  # a live third term
+        assert sorted(extras) == list(cohort)  # every trained client received the others' matrix...
+        assert all(extra["correlation"].abs().sum() > 0 for extra in extras.values())  # ...a live third term
         for name in ("fedavg", "unclipped", "decaying"):
             run_round(methods[name], servers[name], scenario, r, cohort)
     weights = {name: s.state["weights"] for name, s in servers.items()}

@@ -332,10 +332,14 @@ def test_server_kernel_is_the_weighted_mean_of_every_clients_current_kernel(synt
     assert torch.allclose(fed.aggregate_kernel(), sum(normalized_kernel(fed.states[c]["rad_representations"])
                                                       for c in range(3)) / 3, atol=1e-8)
     for r, cohort in ((2, (0, 3)), (3, (1, 3))):
+        before = fed.aggregate_kernel().float().double()  # sent to the clients in float32
         result, metrics, bytes_down = fed.round(r, cohort)
         assert bytes_down["rad"] == (fed.server.state["rad"].numel() if r == 2 else 0)  # ...and kept
         assert bytes_down["kernels"] == len(cohort) * 4 * 16 * 16
-        assert 0 < metrics["train/rad_cka"] <= 1
+        # train/rad_cka: each trained client's new kernel against the aggregate it was sent (equal sizes: a mean)
+        assert metrics["train/rad_cka"] == pytest.approx(sum(
+            hand_cka(fed.states[c]["rad_representations"].double(), before) for c in cohort).item() / len(cohort),
+            abs=1e-9)
         kernels = [normalized_kernel(fed.states[c]["rad_representations"]) for c in range(NUM_CLIENTS)]
         expected = sum(kernels) / NUM_CLIENTS  # equal weights: 1 or n_j = 10 for every client
         assert torch.allclose(fed.aggregate_kernel(), expected, atol=1e-8)

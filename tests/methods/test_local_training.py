@@ -73,8 +73,10 @@ def test_drop_last_skips_every_incomplete_batch(num_samples, batch_size, sizes):
 
 
 def test_cosine_schedule_and_non_finite_guard():
+    # round 2 of 4 starts a quarter of the way through training: lr 0.1 x (1 + cos(pi / 4)) / 2
     assert local_lr(context(round_index=2, rounds=4, lr_schedule="cosine")) == pytest.approx(
-        0.1 * 0.5 * (1 + math.cos(math.pi * context(2, 4).progress)))
+        0.1 * 0.5 * (1 + math.cos(math.pi / 4)))
+    assert local_lr(context(round_index=1, rounds=4, lr_schedule="cosine")) == pytest.approx(0.1)  # first round
     assert local_lr(context(round_index=2, rounds=4)) == 0.1
     w = torch.nn.Parameter(torch.ones(()))
     step = LocalStep(lambda rows: (w * float("nan"), {}), [w])
