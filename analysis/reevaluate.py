@@ -18,7 +18,7 @@ from simulator.federation import Server
 from simulator.resources import threads
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec
-from simulator.runlog import latest_checkpoint, read_checkpoint
+from simulator.runlog import check_run_dir, latest_checkpoint, read_checkpoint
 from simulator.scenario import load_scenario
 
 
@@ -35,8 +35,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     (``pixels``, where ``eval.pixel_reference``) under the changed protocol,
     as :func:`analysis.report.read_run` gives them (``rounds_completed``: the checkpoint's round,
     ``wall_seconds``: the run's time up to it). Raises ValueError for a directory with no checkpoint."""
-    if not (run_dir / "scenario.yaml").exists():
-        raise ValueError(f"{run_dir}: not a run directory (no scenario.yaml)")
+    check_run_dir(run_dir)
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise ValueError(f"{run_dir}: no checkpoint to evaluate (the run stopped before its first)")

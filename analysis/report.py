@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from simulator.runlog import read_recorded_scenario, read_summary
+from simulator.runlog import check_run_dir, read_recorded_scenario, read_summary
 
 METRICS = ("knn_top1", "linear_top1")
 # Shown when every run has it (runs whose networks have a projector, logged since it was added).
@@ -46,9 +46,7 @@ def read_run(run_dir: Path) -> dict:
     summary_path = run_dir / "summary.json"
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir}: no such run directory")
-    if not (run_dir / "scenario.yaml").exists():
-        raise ValueError(f"{run_dir}: not a run directory (no scenario.yaml); expected a directory written by "
-                         f"fedssl run")
+    check_run_dir(run_dir)
     if not summary_path.exists():
         raise ValueError(f"{run_dir}: no summary.json (the run did not finish)")
     summary, scenario = read_summary(run_dir), read_recorded_scenario(run_dir)

@@ -202,13 +202,13 @@ def stopped(err: BaseException, then: str | None = None) -> int:
 
 def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
+    from simulator.runlog import check_run_dir
     path = Path(run_dir)
     if overrides:
         raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
     if out:
         raise ScenarioError(run_dir, "--out", "a resumed run goes on in its own directory; drop --out")
-    if not (path / "scenario.yaml").exists():
-        raise ScenarioError(run_dir, "-", "not a run directory (no scenario.yaml)")
+    check_run_dir(path)
     if (path / "summary.json").exists():
         raise ScenarioError(run_dir, "-", "the run has finished (summary.json exists); nothing to resume")
     return str(path / "scenario.yaml")

@@ -44,6 +44,14 @@ def flat_hparams(node: dict[str, Any], prefix: str = "") -> dict[str, str | floa
     return flat
 
 
+def check_run_dir(run_dir: str | Path) -> None:
+    """``ScenarioError`` unless ``run_dir`` holds a run's ``scenario.yaml`` (written first of its files)."""
+    from simulator.scenario import ScenarioError
+    if not (Path(run_dir) / "scenario.yaml").exists():
+        raise ScenarioError(str(run_dir), "-", "not a run directory (no scenario.yaml); expected a directory "
+                                               "written by fedssl run")
+
+
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """A run's ``summary.json``; ``ScenarioError`` naming the file where it is not the JSON object that
     :func:`write_summary` writes (``FileNotFoundError`` where there is none)."""

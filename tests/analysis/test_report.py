@@ -43,7 +43,7 @@ def test_unfinished_run_is_an_error(tmp_path, capsys):
     assert capsys.readouterr().err == f"fedssl: error: {tmp_path / 'typo'}: no such run directory\n"
     (tmp_path / "folder").mkdir()  # nor for a folder that holds no run at all
     assert main(["report", str(tmp_path / "folder")]) == 2
-    assert capsys.readouterr().err == (f"fedssl: error: {tmp_path / 'folder'}: not a run directory (no scenario.yaml); "
+    assert capsys.readouterr().err == (f"fedssl: error: {tmp_path / 'folder'}: -: not a run directory (no scenario.yaml); "
                                        f"expected a directory written by fedssl run\n")
 
 

@@ -373,6 +373,9 @@ def test_resume_refuses_a_finished_run(ray_session, synthetic_raw, tmp_path, cap
         assert main(["run", "--resume", str(run_dir), *extra]) == 2
         assert capsys.readouterr().err == f"fedssl: error: {run_dir}: {message}\n"
     assert not (tmp_path / "elsewhere").exists()
+    assert main(["run", "--resume", str(tmp_path)]) == 2  # a folder that holds no run
+    assert capsys.readouterr().err == (f"fedssl: error: {tmp_path}: -: not a run directory (no scenario.yaml); "
+                                       f"expected a directory written by fedssl run\n")
 
 
 def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(ray_session, synthetic_raw,
