@@ -58,7 +58,6 @@ SUITE_KEYS = ("claim", "paper", "seeds", "primary", "secondary", "set", "arms", 
               "secondary_comparisons", "out")
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 METRIC_NAME = re.compile(r"(?:[A-Za-z0-9_.-]+/)?[A-Za-z0-9_]+")
-VERDICTS = ("reproduced", "not reproduced", "contradicted")
 
 
 @dataclass(frozen=True)

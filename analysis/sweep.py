@@ -43,7 +43,7 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
     return keys, [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*values)]
 
 
-def row_of(overrides: list[str], scenario: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def row_of(overrides: list[str], summary: dict[str, Any]) -> dict[str, Any]:
     """One table row: the combination's values, its costs, and its final accuracies beside its
     round-0 (random network) ones and the raw-pixel reference (``None`` where not evaluated)."""
     final, initial, pixels = summary["final"] or {}, summary.get("initial") or {}, summary.get("pixels") or {}
@@ -79,7 +79,7 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
     for i, (combo, scenario) in enumerate(zip(combos, scenarios), 1):
         print(f"sweep: run {i}/{len(combos)} ({', '.join(combo)})  {pace.text(i - 1)}", file=sys.stderr, flush=True)
         _, summary = run_scenario(scenario, str(out / ",".join(combo)), progress=progress)
-        rows.append(row_of(combo, scenario, summary))
+        rows.append(row_of(combo, summary))
         write_outputs(rows, keys, out)
     print(f"sweep: {len(combos)}/{len(combos)} runs done  {pace.text(len(combos))}", file=sys.stderr, flush=True)
     return rows

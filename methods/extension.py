@@ -40,7 +40,7 @@ class ClientTerm:
         """The objective's batch loss as this extension changes it (unchanged by default)."""
         return base
 
-    def loss(self, embedding: Embedding, rows: Tensor) -> Tensor | None:
+    def loss(self, embedding: Embedding) -> Tensor | None:
         """A term added to the batch loss (None: nothing)."""
         return None
 

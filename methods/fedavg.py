@@ -93,6 +93,8 @@ class FedAvg(Method):
 
     @classmethod
     def param_rules(cls, config, scenario):
+        if config.objective not in OBJECTIVES:  # the rules below need the objective
+            return [("objective", False, f"one of {', '.join(OBJECTIVES)}")]
         objective = OBJECTIVES[config.objective]
         return [
             *server_optimizer_rules(config),

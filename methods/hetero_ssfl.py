@@ -151,7 +151,7 @@ class RadBatches(ClientTerm):
     def rows(self) -> torch.Tensor:
         return torch.randperm(len(self.rad), generator=self.generator)[:self.batch_size].to(self.rad.device)
 
-    def loss(self, embedding, rows):
+    def loss(self, embedding):
         return self.mu * self.rad_loss()
 
     def rad_loss(self) -> torch.Tensor:

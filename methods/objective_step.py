@@ -32,7 +32,7 @@ def composed_loss(objective: Objective, workspace: Workspace, terms: list[Client
         embedding = objective.embed(online, target, views)
         value = base(embedding, labels, rows)
         for term in terms:
-            added = term.loss(embedding, rows)
+            added = term.loss(embedding)
             if added is not None:
                 value = value + added
         return value

@@ -44,9 +44,10 @@ does) and clusters it; the server initialises the global centroids from these.
 
 Ablations (Table 6): ``degeneracy: false`` drops the rotation head and loss; ``target: false``
 drops the EMA target, the online model (without gradient) then gives the assignments of x;
-``clustering: false`` drops the clustering loss from the local objective (RotPred, rotation
-prediction alone, the baseline of Orchestra's tables; the centroids are still computed and the
-clustering loss is still logged, so its share of the result is the difference to Orchestra).
+``clustering: false`` drops the clustering loss from the local objective (the rotation-only
+ablation: the centroids are still computed and the clustering loss is still logged, so its share of
+the result is the difference to Orchestra; the tables' RotPred baseline row is its own method,
+:mod:`methods.rotpred`).
 
 Deliberate differences from the reference code (paper's Algorithm 1 where they disagree):
 
@@ -328,7 +329,7 @@ class Orchestra(Method):
         rotation_view = workspace.augment(x, generator) if reference_views else x
         turns = torch.randint(NUM_ROTATIONS, (len(x),), generator=generator).to(x.device)
         rotation = rotation_loss(online["rotation"](project(online, rotate90(rotation_view, turns))), turns)
-        if not self.config.clustering:  # RotPred: rotation prediction alone
+        if not self.config.clustering:  # the rotation-only ablation
             return rotation, cluster, rotation, z_target
         return cluster + rotation, cluster, rotation, z_target
 

@@ -50,11 +50,15 @@ class ServerOptimizerParams(Params):
     server_eps: float = 1e-8
 
 
+SERVER_OPTIMIZERS = ("avg", "adam")
+
+
 def server_optimizer_rules(config: ServerOptimizerParams) -> list[tuple[str, bool, str]]:
-    """The rules of the server optimiser's keys (``server_optimizer`` itself is a choice of the
-    scenario validator), for the ``param_rules`` of every method that averages weights."""
+    """The rules of the server optimiser's keys, for the ``param_rules`` of every method that
+    averages weights."""
     betas = config.server_betas
     return [
+        ("server_optimizer", config.server_optimizer in SERVER_OPTIMIZERS, f"one of {', '.join(SERVER_OPTIMIZERS)}"),
         ("server_lr", config.server_lr > 0, "a positive number"),
         ("server_betas", len(betas) == 2 and all(0 <= b < 1 for b in betas), "two numbers in [0, 1), [beta1, beta2]"),
         ("server_eps", config.server_eps > 0, "a positive number"),

@@ -48,12 +48,6 @@ def rdp_epsilon(noise_multiplier: float, shares: int, delta: float) -> float:
     return float(epsilon)
 
 
-def closed_form_epsilon(noise_multiplier: float, shares: int, delta: float) -> float:
-    """Proposition 6.6 of the paper with sigma / sensitivity = ``noise_multiplier``:
-    ``T / (2 z^2) + sqrt(2 T log(1/delta)) / z``."""
-    return shares / (2 * noise_multiplier**2) + math.sqrt(2 * shares * math.log(1 / delta)) / noise_multiplier
-
-
 def noise_multiplier_for(target_epsilon: float, delta: float, shares: int) -> float:
     """The smallest noise multiplier (to Opacus's 0.01 tolerance in epsilon) whose ``shares``
     releases stay within ``(target_epsilon, delta)``."""

@@ -3,15 +3,19 @@ from __future__ import annotations
 
 import torch
 
+from methods.params import ServerOptimizerParams
 
-def adam_step(params: dict[str, torch.Tensor], averaged: dict[str, torch.Tensor], state: dict | None,
-              lr: float, betas: tuple[float, float], eps: float) -> tuple[dict[str, torch.Tensor], dict]:
-    """One FedAdam step: the pseudo-gradient ``params - averaged`` is fed to Adam (:func:`adam_update`).
 
-    Returns (new params, new state).
-    """
-    return adam_update(params, {name: value - averaged[name] for name, value in params.items()}, state,
-                       lr, betas, eps)
+def server_step(params: dict[str, torch.Tensor], deltas: dict[str, torch.Tensor], state: dict | None,
+                config: ServerOptimizerParams) -> tuple[dict[str, torch.Tensor], dict | None]:
+    """``params`` after the server step on the round's averaged client deltas ``deltas`` (the
+    average minus ``params``): ``avg`` moves by ``server_lr`` times the delta (FedAvg with a server
+    learning rate); ``adam`` feeds the pseudo-gradient ``-delta`` to :func:`adam_update` with the
+    moments of ``state`` (FedAdam). Returns (new params, new state; ``avg`` keeps ``state``)."""
+    if config.server_optimizer == "adam":
+        return adam_update(params, {name: -delta for name, delta in deltas.items()}, state, config.server_lr,
+                           tuple(config.server_betas), config.server_eps)
+    return {name: value + config.server_lr * deltas[name] for name, value in params.items()}, state
 
 
 def adam_update(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], state: dict | None,

@@ -51,8 +51,8 @@ from torch import Tensor, nn
 
 from methods.extension import ClientTerm, Extension
 from methods.losses.uv import uv_loss
-from methods.params import Params
-from methods.server_optimizer import adam_update
+from methods.params import Params, ServerOptimizerParams
+from methods.server_optimizer import server_step
 from simulator.context import derive_seed
 from simulator.models import mlp
 
@@ -65,19 +65,13 @@ def initial_rows(num_clients: int, dim: int, seed: int) -> Tensor:
     return F.normalize(torch.randn(num_clients, dim, generator=generator), dim=1)
 
 
-def server_step_rows(rows: Tensor, mean_delta: Tensor, opt_state: dict | None, optimizer: str, lr: float,
-                     betas: tuple[float, float], eps: float) -> tuple[Tensor, dict | None]:
-    """The rows after the server step on the averaged row deltas ``mean_delta`` ([num_clients x d],
-    zero for clients that did not report), renormalised to unit norm; returns (rows, optimiser state).
-
-    ``avg``: ``rows + lr * mean_delta``; ``adam``: Adam on the pseudo-gradient ``-mean_delta`` with
-    the moments of ``opt_state`` (``None`` before the first step)."""
-    if optimizer == "adam":
-        stepped, opt_state = adam_update({"uv_rows": rows}, {"uv_rows": -mean_delta}, opt_state, lr, betas, eps)
-        rows = stepped["uv_rows"]
-    else:
-        rows = rows + lr * mean_delta
-    return F.normalize(rows, dim=1), opt_state
+def server_step_rows(rows: Tensor, mean_delta: Tensor, opt_state: dict | None, config: ServerOptimizerParams
+                     ) -> tuple[Tensor, dict | None]:
+    """The rows after the server step (:func:`methods.server_optimizer.server_step`, as the encoder
+    takes it) on the averaged row deltas ``mean_delta`` ([num_clients x d], zero for clients that did
+    not report), renormalised to unit norm; returns (rows, optimiser state)."""
+    stepped, opt_state = server_step({"uv_rows": rows}, {"uv_rows": mean_delta}, opt_state, config)
+    return F.normalize(stepped["uv_rows"], dim=1), opt_state
 
 
 class UVHead(nn.Module):
@@ -129,7 +123,7 @@ class UVTerm(ClientTerm):
     def parameters(self):
         return [self.head.own_row]
 
-    def loss(self, embedding, rows):
+    def loss(self, embedding):
         u1, u2 = (self.projector(h) for h in embedding["features"])
         return self.weight * self.head.loss(u1, u2)
 
@@ -179,9 +173,7 @@ class UV(Extension):
         return {"heads": state["uv_rows"]}
 
     def server_update(self, state, mean):
-        c = self.config
-        rows, uv_opt = server_step_rows(state["uv_rows"], mean[ROWS_KEY], state["uv_opt"], c.server_optimizer,
-                                        c.server_lr, tuple(c.server_betas), c.server_eps)
+        rows, uv_opt = server_step_rows(state["uv_rows"], mean[ROWS_KEY], state["uv_opt"], self.config)
         return {"uv_rows": rows, "uv_opt": uv_opt}
 
     def make_part(self, device):

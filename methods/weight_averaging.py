@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from methods.params import ServerOptimizerParams
-from methods.server_optimizer import adam_step
+from methods.server_optimizer import server_step
 
 def flat_state(online: nn.Module, target: nn.Module | None) -> dict[str, Tensor]:
     """The networks' state by flat name: ``online.<key>`` and, with a target, ``target.<key>``."""
@@ -53,17 +53,12 @@ def averaged_weights(state: dict[str, Any], mean: Mapping[str, Tensor], config: 
     weights = dict(state["weights"])
     for name, value in averaged.items():
         weights[name] = value.to(weights[name].dtype)
-    if config.server_optimizer == "adam":
-        trainable = state["trainable"]
-        stepped, opt_state = adam_step(
-            {k: state["weights"][k] for k in trainable}, {k: averaged[k] for k in trainable},
-            state["server_opt"], config.server_lr, tuple(config.server_betas), config.server_eps)
+    if config.server_optimizer == "adam" or config.server_lr != 1.0:  # else the plain average
+        previous = {k: state["weights"][k] for k in state["trainable"]}
+        stepped, opt_state = server_step(previous, {k: averaged[k] - value for k, value in previous.items()},
+                                         state["server_opt"], config)
         weights.update(stepped)
         state = {**state, "server_opt": opt_state}
-    elif config.server_lr != 1.0:
-        lr = config.server_lr
-        for k in state["trainable"]:
-            weights[k] = state["weights"][k] + lr * (averaged[k] - state["weights"][k])
     return {**state, "weights": weights}
 
 

@@ -90,17 +90,15 @@ class ScenarioError(ValueError):
 
 
 def choices() -> dict[str, tuple[str, ...]]:
-    """Keys restricted to a set of names (imported lazily: they come from the packages)."""
-    from methods import METHODS
-    from methods.objectives import OBJECTIVES
+    """Keys restricted to a set of names (imported lazily: they come from the packages); the
+    ``method:`` section's are its method's ``param_rules``, ``method.name`` is checked first."""
     from simulator.data.datasets import DATASETS
     from simulator.data.partition import PARTITION_KINDS
     from simulator.models import ENCODERS, NORMS
     return {
         "dataset.name": tuple(DATASETS), "partition.kind": tuple(PARTITION_KINDS),
         "model.encoder": tuple(ENCODERS), "model.norm": tuple(NORMS),
-        "method.name": tuple(METHODS), "method.objective": tuple(OBJECTIVES),
-        "method.server_optimizer": ("avg", "adam"), "training.lr_schedule": ("constant", "cosine"),
+        "training.lr_schedule": ("constant", "cosine"),
         "executor": ("ray", "in_process"),
         "model.head_norm": ("none", "batch"),
         "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
@@ -279,9 +277,6 @@ def lookup(scenario: dict, dotted: str) -> Any:
 
 def check_values(scenario: dict, source: str) -> None:
     for key, allowed in choices().items():
-        section, _, name = key.partition(".")
-        if section == "method" and name not in scenario["method"]:
-            continue  # a key this method does not take
         value = lookup(scenario, key)
         if value is not None and value not in allowed:
             raise ScenarioError(source, key, f"expected one of {', '.join(allowed)}, got {value!r}")

@@ -1,4 +1,4 @@
-"""Self-supervised losses, one pure function per file."""
+"""Self-supervised losses, one loss per file (a pure function, with its helpers)."""
 
 from methods.losses.byol import byol_loss
 from methods.losses.nt_xent import nt_xent

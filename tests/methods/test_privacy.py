@@ -6,8 +6,13 @@ import pytest
 import torch
 
 from methods.losses import norm_clip
-from methods.privacy import (add_gaussian_noise, closed_form_epsilon, correlation_sensitivity,
-                             noise_multiplier_for, rdp_epsilon)
+from methods.privacy import add_gaussian_noise, correlation_sensitivity, noise_multiplier_for, rdp_epsilon
+
+
+def closed_form_epsilon(noise_multiplier: float, shares: int, delta: float) -> float:
+    """Proposition 6.6 of the paper with sigma / sensitivity = ``noise_multiplier``:
+    ``T / (2 z^2) + sqrt(2 T log(1/delta)) / z``."""
+    return shares / (2 * noise_multiplier**2) + math.sqrt(2 * shares * math.log(1 / delta)) / noise_multiplier
 
 
 def test_sensitivity_bounds_a_replaced_sample_and_is_attained():

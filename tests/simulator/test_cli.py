@@ -194,7 +194,7 @@ def test_a_signal_between_two_runs_ends_a_claim_or_sweep_with_one_line(synthetic
     else:
         argv = ["sweep", str(scenario), "--over", "training.lr=0.01,0.02", "--out", str(tmp_path / "sweep")]
         hint = "the sweep's later runs were not started"
-    monkeypatch.setattr("analysis.sweep.row_of", lambda combo, scenario, summary: {"combo": ",".join(combo)})
+    monkeypatch.setattr("analysis.sweep.row_of", lambda combo, summary: {"combo": ",".join(combo)})
     monkeypatch.setattr("analysis.sweep.write_outputs", lambda rows, keys, out: None)
     assert main(argv) == 128 + 15
     err = capsys.readouterr().err
