@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
-                             numerics_notes, pixel_table)
+                             numerics_notes, paired_difference, pixel_table)
 from simulator.evaluation.monitor import EVALUATED_METRIC
 from simulator.runlog import read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, load_scenario, lookup, read_yaml
@@ -415,18 +415,6 @@ def read_runs(suite: Suite, runs_dir: Path) -> dict[str, list[dict]]:
     return runs
 
 
-def metric_difference(arm_runs: list[dict], base_runs: list[dict], metric: str, section: str = "final"
-                      ) -> PairedDifference | None:
-    """Arm minus baseline, paired by seed (points), for any metric :func:`metric_value` reads; None
-    when no seed has both or a paired run lacks the metric."""
-    values = lambda runs: {r["seed"]: metric_value(r, section, metric) for r in runs}  # noqa: E731
-    arm, base = values(arm_runs), values(base_runs)
-    seeds = tuple(sorted(s for s in arm if s in base))
-    if not seeds or any(arm[s] is None or base[s] is None for s in seeds):
-        return None
-    return PairedDifference.of(seeds, tuple(100 * (arm[s] - base[s]) for s in seeds))
-
-
 def gain_over_round0(runs: list[dict], metric: str) -> PairedDifference | None:
     """Final minus round 0 of the same runs (points), with its interval: has the arm learned?"""
     pairs = [(metric_value(r, "final", metric), metric_value(r, "initial", metric)) for r in runs]
@@ -489,7 +477,8 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     for comparison in (*suite.comparisons, *suite.secondary_comparisons):
         cells = []
         for m in metrics:
-            d = metric_difference(runs[comparison.arm], runs[comparison.baseline], m)
+            d = paired_difference(runs[comparison.arm], runs[comparison.baseline],
+                                  lambda run, m=m: metric_value(run, "final", m))
             if m == suite.primary and comparison.direction is not None:
                 primary_differences[comparison] = d
             cells.append("n/a" if d is None else d.cell())

@@ -7,6 +7,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pyarrow.parquet as pq
 
@@ -286,16 +287,15 @@ class PairedDifference:
         return f"{self.mean:+.2f} {interval} (ahead on {self.ahead}/{len(self.diffs)})"
 
 
-def paired_difference(arm: list[dict], baseline: list[dict], key: str, section: str = "final"
+def paired_difference(arm: list[dict], baseline: list[dict], value: Callable[[dict], float | None]
                       ) -> PairedDifference | None:
-    """``section.key`` of the ``arm`` runs minus the ``baseline`` runs of the same seeds (points);
-    None when no seed has both."""
-    base = {run["seed"]: run for run in baseline}
-    pairs = sorted(((run, base[run["seed"]]) for run in arm if run["seed"] in base), key=lambda p: p[0]["seed"])
-    if not pairs:
+    """``value(run)`` of the ``arm`` runs minus that of the ``baseline`` runs of the same seeds
+    (points); None when no seed has both or a paired run lacks the value."""
+    arm_values, base_values = ({run["seed"]: value(run) for run in runs} for runs in (arm, baseline))
+    seeds = tuple(sorted(seed for seed in arm_values if seed in base_values))
+    if not seeds or any(arm_values[s] is None or base_values[s] is None for s in seeds):
         return None
-    diffs = tuple(100 * (run[section][key] - other[section][key]) for run, other in pairs)
-    return PairedDifference.of(tuple(run["seed"] for run, _ in pairs), diffs)
+    return PairedDifference.of(seeds, tuple(100 * (arm_values[s] - base_values[s]) for s in seeds))
 
 
 PAIRED_NOTE = ("Differences in points, scenario minus baseline on the same seed: mean [95% Student-t interval "
@@ -357,7 +357,8 @@ def paired_table(runs: list[dict], baseline: str) -> str:
     for name, members in groups.items():
         if name == baseline:
             continue
-        differences = [paired_difference(members, groups[baseline], key) for key in finals]
+        differences = [paired_difference(members, groups[baseline], lambda run, key=key: run["final"][key])
+                       for key in finals]
         if differences[0] is None:
             continue
         seeds = ",".join(map(str, differences[0].seeds))

@@ -174,7 +174,7 @@ def test_paired_interval_is_the_t_interval_of_the_per_seed_differences(tmp_path,
     assert low == pytest.approx(3 - 4.302653 * 7 ** 0.5 / 3 ** 0.5, abs=1e-5)
     assert high == pytest.approx(9.5724, abs=1e-4)
     assert t_interval([1.0]) is None
-    difference = paired_difference(by_scenario(runs)["arm"], by_scenario(runs)["base"], "knn_top1")
+    difference = paired_difference(by_scenario(runs)["arm"], by_scenario(runs)["base"], lambda run: run["final"]["knn_top1"])
     assert difference.seeds == (0, 1, 2) and difference.diffs == pytest.approx((1.0, 2.0, 6.0))
     assert difference.mean == pytest.approx(3.0) and difference.ahead == 3
     assert difference.interval == pytest.approx((-3.5724, 9.5724), abs=1e-4)
