@@ -128,9 +128,9 @@ class Method:
         cls.params = cls.Params.defaults()
 
     @classmethod
-    def has_setup_round(cls, config: Mapping[str, Any]) -> bool:
+    def has_setup_round(cls, config: Params) -> bool:
         """Whether the run starts with round 0, a setup round of every client before any training,
-        under the resolved ``method:`` section ``config`` (none here)."""
+        under the method's parameters ``config`` (none here)."""
         return False
 
     def __init__(self, scenario: Mapping[str, Any], spec: DataSpec):

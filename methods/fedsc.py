@@ -147,7 +147,7 @@ class FedSC(FedAvg):
     @classmethod
     def has_setup_round(cls, config):
         """Round 0 shares every client's matrix when the schedule starts there (none otherwise)."""
-        return config["share_from_round"] == 0
+        return config.share_from_round == 0
     centralizable = False  # with one client no matrix of others exists: fedavg with objective spectral
     Params = FedSCParams
 

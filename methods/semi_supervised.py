@@ -138,5 +138,5 @@ class SemiSupervised(Extension):
 
     @classmethod
     def labelled_train_indices(cls, scenario, partition):
-        fraction = scenario["method"].get("labelled_fraction", 0.0)
+        fraction = SemiSupervisedParams.from_config(scenario["method"]).labelled_fraction
         return labelled_train_indices(partition(), scenario["seed"], fraction) if fraction else None

@@ -243,8 +243,8 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
 
 def first_round(scenario: dict[str, Any]) -> int:
     """0 for a method with a setup round (every client, before training), else 1."""
-    method = scenario["method"]
-    return 0 if METHODS[method["name"]].has_setup_round(method) else 1
+    method = METHODS[scenario["method"]["name"]]
+    return 0 if method.has_setup_round(method.Params.from_config(scenario["method"])) else 1
 
 
 def traffic_and_speed(rows: list[tuple[int, str, float, float]]) -> dict[str, float]:

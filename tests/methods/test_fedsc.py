@@ -143,8 +143,8 @@ def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
 
     server = Server(private)
     # round 0 is not a sharing round: the run has no setup round (it starts at round 1)
-    assert not type(private).has_setup_round(scenario["method"])
-    assert type(private).has_setup_round(build(synthetic_raw, rounds=4, name="fedsc")[1]["method"])
+    assert not type(private).has_setup_round(private.config)
+    assert type(private).has_setup_round(build(synthetic_raw, rounds=4, name="fedsc")[0].config)
     _, m1, extras, _ = run_round(private, server, scenario, 1, (0, 1))
     assert sorted(extras) == [0, 1]  # each trains against the other's matrix, shared this round
     _, m2, extras, bytes_down = run_round(private, server, scenario, 2, (1, 2))
