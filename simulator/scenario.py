@@ -20,7 +20,7 @@ DEFAULTS: dict[str, Any] = {
     "executor": "ray",  # or "in_process": the same rounds in the driver's process, without Ray
     "dataset": {"name": "fashion_mnist", "root": None, "download": False, "train_subset": None,
                 "cache_dir": "~/.cache/fedssl"},
-    "partition": {"kind": "iid", "alpha": 0.5, "scale_by_prior": False, "k": 2,
+    "partition": {"kind": "iid", "alpha": 0.5, "scale_by_prior": False, "fill": "in_order", "k": 2,
                   "rotation_bins": 10, "rotation_alpha": 0.1},
     "population": {"num_clients": 100, "clients_per_round": 10, "dropout": 0.0,
                    "availability": 1.0, "availability_spread": 0.0, "diurnal_amplitude": 0.0,
@@ -93,10 +93,10 @@ def choices() -> dict[str, tuple[str, ...]]:
     """Keys restricted to a set of names (imported lazily: they come from the packages); the
     ``method:`` section's are its method's ``param_rules``, ``method.name`` is checked first."""
     from simulator.data.datasets import DATASETS
-    from simulator.data.partition import PARTITION_KINDS
+    from simulator.data.partition import DIRICHLET_FILLS, PARTITION_KINDS
     from simulator.models import ENCODERS, NORMS
     return {
-        "dataset.name": tuple(DATASETS), "partition.kind": tuple(PARTITION_KINDS),
+        "dataset.name": tuple(DATASETS), "partition.kind": tuple(PARTITION_KINDS), "partition.fill": tuple(DIRICHLET_FILLS),
         "model.encoder": tuple(ENCODERS), "model.norm": tuple(NORMS),
         "training.lr_schedule": ("constant", "cosine"),
         "executor": ("ray", "in_process"),

@@ -107,12 +107,14 @@ def test_neutral_keys_and_keys_older_records_lack_do_not_separate_a_run_from_its
     stored["output"]["dir"] = "elsewhere"
     stored["ray"]["num_workers"] = 1
     del stored["eval"]["pixel_reference"], stored["training"]["drop_last"]
-    del stored["method"]["within_class"], stored["method"]["label_loss"]
+    del stored["method"]["within_class"], stored["method"]["label_loss"], stored["partition"]["fill"]
     assert differences(stored, shipped) == []
     stored["training"]["drop_last"] = True
     stored["method"]["within_class"] = False
     stored["augment"]["brightness"] = 0.4
-    assert differences(stored, shipped) == ["augment.brightness", "method.within_class", "training.drop_last"]
+    stored["partition"]["fill"] = "random_order"
+    assert differences(stored, shipped) == ["augment.brightness", "method.within_class", "partition.fill",
+                                            "training.drop_last"]
     assert not on_gpu(stored)
     stored["ray"]["worker"]["num_gpus"] = 0.5
     assert on_gpu(stored)

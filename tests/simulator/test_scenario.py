@@ -58,6 +58,7 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"method": {"name": "hetero_ssfl", "objective": "byol", "target_momentum": -0.1}}, "method.target_momentum",
      "expected a number in [0, 1], got -0.1"),
     ({"partition": {"kind": "shards"}}, "partition.kind", "expected one of iid"),
+    ({"partition": {"fill": "sorted"}}, "partition.fill", "expected one of in_order, random_order, got 'sorted'"),
     ({"population": {"dropout": 1.5}}, "population.dropout", "probability"),
     ({"augment": {"crop_scale": [0.9, 0.2]}}, "augment.crop_scale", "0 < min <= max <= 1"),
     ({"dataset": "fashion_mnist"}, "dataset", "expected a mapping"),

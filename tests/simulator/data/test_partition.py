@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from simulator.data.partition import PARTITION_KINDS, Partition, make_partition
+from simulator.data.partition import DIRICHLET_FILLS, PARTITION_KINDS, Partition, build_partition, make_partition
 
 BALANCED = np.repeat(np.arange(10), 100)  # 10 classes x 100 samples, grouped by class
 SHUFFLED = np.random.default_rng(0).permutation(BALANCED)
@@ -20,10 +20,11 @@ def class_fractions(partition: Partition, labels: np.ndarray) -> np.ndarray:
     return counts / counts.sum(axis=1, keepdims=True)
 
 
+@pytest.mark.parametrize("fill", DIRICHLET_FILLS)
 @pytest.mark.parametrize("kind", PARTITION_KINDS)
 @pytest.mark.parametrize("num_clients, k", [(1, 10), (7, 2), (50, 3)])
-def test_every_index_is_used_exactly_once_and_no_client_is_empty(kind, num_clients, k):
-    partition = make_partition(kind, SHUFFLED, num_clients, seed=1, alpha=0.05, k=k)
+def test_every_index_is_used_exactly_once_and_no_client_is_empty(kind, num_clients, k, fill):
+    partition = make_partition(kind, SHUFFLED, num_clients, seed=1, alpha=0.05, k=k, fill=fill)
     assert len(partition.indices) == num_clients
     np.testing.assert_array_equal(np.sort(np.concatenate(partition.indices)), np.arange(len(SHUFFLED)))
     assert partition.sizes().min() >= 1 and partition.sizes().sum() == len(SHUFFLED)
@@ -31,9 +32,10 @@ def test_every_index_is_used_exactly_once_and_no_client_is_empty(kind, num_clien
         assert indices.dtype == np.int64 and np.all(np.diff(indices) > 0)
 
 
+@pytest.mark.parametrize("fill", DIRICHLET_FILLS)
 @pytest.mark.parametrize("kind", PARTITION_KINDS)
-def test_same_seed_same_partition_other_seed_different(kind):
-    first, again, other = (make_partition(kind, SHUFFLED, 10, seed=s) for s in (3, 3, 4))
+def test_same_seed_same_partition_other_seed_different(kind, fill):
+    first, again, other = (make_partition(kind, SHUFFLED, 10, seed=s, fill=fill) for s in (3, 3, 4))
     for a, b in zip(first.indices, again.indices):
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, b) for a, b in zip(first.indices, other.indices))
@@ -56,9 +58,27 @@ def test_tiny_alpha_gives_clients_dominated_by_one_class(kind):
     assert class_fractions(partition, SHUFFLED).max(axis=1).mean() > 0.9
 
 
+@pytest.mark.parametrize("kind", ["dirichlet", "joint"])
+def test_tiny_alpha_in_random_order_spreads_the_classes_that_run_out(kind):
+    """Twenty one-class draws cannot fit ten classes of 100 samples (some classes are wanted by three
+    or more clients); dealt in a random order, every client wanting such a class gets a part of it
+    and fills up from the classes left, so clients hold one class or two."""
+    dominance = class_fractions(make_partition(kind, SHUFFLED, 20, seed=0, alpha=1e-3, fill="random_order"),
+                                SHUFFLED).max(axis=1)
+    assert 0.7 < dominance.mean() < 0.9 and dominance.min() > 0.4
+
+
 def test_huge_alpha_gives_prior_class_distributions():
     partition = make_partition("dirichlet", SHUFFLED, 10, seed=0, alpha=1e5)
     np.testing.assert_allclose(class_fractions(partition, SHUFFLED), 0.1, atol=0.011)
+
+
+def test_huge_alpha_in_random_order_gives_the_prior_up_to_sampling_noise():
+    """Each sample's class is drawn, so a client's counts are multinomial around its proportions:
+    100 samples at 0.1 have a standard deviation of 0.03."""
+    fractions = class_fractions(make_partition("dirichlet", SHUFFLED, 10, seed=0, alpha=1e5, fill="random_order"),
+                                SHUFFLED)
+    assert np.abs(fractions - 0.1).mean() < 0.035 and np.abs(fractions - 0.1).max() < 0.12
 
 
 def test_moderate_alpha_is_between_the_extremes():
@@ -74,10 +94,41 @@ def test_scale_by_prior_follows_class_frequencies():
     np.testing.assert_allclose(uniform[0], 0.25, atol=0.01)  # the first client draws Dir(alpha * ones)
 
 
-def test_dirichlet_clients_have_equal_sizes():
+@pytest.mark.parametrize("fill", DIRICHLET_FILLS)
+def test_dirichlet_clients_have_equal_sizes(fill):
     for alpha in (1e-3, 1e5):
-        sizes = make_partition("dirichlet", SHUFFLED, 333, seed=0, alpha=alpha).sizes()
+        sizes = make_partition("dirichlet", SHUFFLED, 333, seed=0, alpha=alpha, fill=fill).sizes()
         assert sizes.min() == len(SHUFFLED) // 333 and sizes.max() - sizes.min() <= 1
+
+
+FASHION_SHAPED = np.repeat(np.arange(10), 6000)  # Fashion-MNIST's train labels: 10 classes x 6000
+
+
+def largest_class_share(fill: str, seed: int) -> np.ndarray:
+    """Per client of 100, the share of its largest class under Dir(0.5)."""
+    partition = make_partition("dirichlet", FASHION_SHAPED, 100, seed=seed, alpha=0.5, fill=fill)
+    return class_fractions(partition, FASHION_SHAPED).max(axis=1)
+
+
+def dirichlet_largest_share(alpha: float, classes: int) -> float:
+    """E[max of Dir(alpha)] by Monte Carlo: the share a client would hold if it got exactly its draw."""
+    return float(np.random.default_rng(0).dirichlet(np.full(classes, alpha), size=200_000).max(axis=1).mean())
+
+
+def test_in_order_fill_leaves_the_last_clients_more_skewed_than_their_draws():
+    """The documented cost of dealing out client by client: the first quarter holds its draws
+    (E[max] of Dir(0.5) over 10 classes is 0.380), the last quarter is pushed onto fewer classes."""
+    shares = np.stack([largest_class_share("in_order", seed) for seed in range(3)])
+    expected = dirichlet_largest_share(0.5, 10)
+    assert abs(shares[:, :25].mean() - expected) < 0.02
+    assert shares[:, 75:].mean() > expected + 0.06
+
+
+def test_random_order_fill_spreads_the_shortfall_over_every_client():
+    shares = np.stack([largest_class_share("random_order", seed) for seed in range(3)])
+    expected = dirichlet_largest_share(0.5, 10)
+    for quarter in (shares[:, :25], shares[:, 75:]):
+        assert abs(quarter.mean() - expected) < 0.02
 
 
 def test_one_class_per_client_gives_each_client_a_whole_class():
@@ -134,6 +185,7 @@ def test_labels_need_not_be_contiguous():
     (dict(num_clients=1001), "num_clients must be between 1 and the number of samples"),
     (dict(kind="shards"), "kind must be one of iid, dirichlet, .*, got 'shards'"),
     (dict(kind="dirichlet", alpha=0.0), "alpha must be positive, got 0.0"),
+    (dict(kind="dirichlet", fill="by_class"), "fill must be one of in_order, random_order, got 'by_class'"),
     (dict(kind="joint", alpha=-1.0), "alpha must be positive, got -1.0"),
     (dict(kind="classes_per_client", k=0), r"k must be between 1 and the number of classes \(10\), got 0"),
     (dict(kind="classes_per_client", k=11), r"k must be between 1 and the number of classes \(10\), got 11"),
@@ -153,3 +205,14 @@ def test_too_many_clients_for_tiny_classes_raises():
     labels = np.array([0] * 10 + [1])  # class 1 has one sample but would be shared by several clients
     with pytest.raises(ValueError, match="no client is empty"):
         make_partition("classes_per_client", labels, 6, seed=0, k=1)
+
+
+def test_a_scenario_partition_deals_by_its_fill():
+    part = {"kind": "dirichlet", "alpha": 0.5, "scale_by_prior": False, "k": 2, "rotation_bins": 10,
+            "rotation_alpha": 0.1}
+    built = {fill: build_partition({"seed": 3, "population": {"num_clients": 10}, "partition": {**part, "fill": fill}},
+                                   SHUFFLED) for fill in DIRICHLET_FILLS}
+    for fill, partition in built.items():
+        expected = make_partition("dirichlet", SHUFFLED, 10, seed=3, alpha=0.5, fill=fill)
+        assert all(np.array_equal(a, b) for a, b in zip(partition.indices, expected.indices))
+    assert not all(np.array_equal(a, b) for a, b in zip(built["in_order"].indices, built["random_order"].indices))
