@@ -89,3 +89,60 @@ def test_rotate90_matches_torch_rot90_per_sample():
 def test_rotate90_rejects_non_square_images():
     with pytest.raises(ValueError, match="square"):
         rotate90(torch.rand(2, 1, 4, 5), torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("height, width", [(28, 28), (24, 32)])
+def test_crops_sample_the_area_and_aspect_ratio_as_configured_and_stay_inside(height, width):
+    """torchvision's RandomResizedCrop draws the area fraction uniformly in ``scale`` and the log
+    aspect ratio (width / height, in pixels) uniformly in log ``ratio``; the crop lies in the image."""
+    config = AugmentConfig(crop_scale=(0.08, 1.0), flip_prob=0.0)
+    images = torch.zeros(1, 1, height, width).expand(20_000, -1, -1, -1)
+    theta = BatchAugment(config)._crop_theta(images, seeded(0))
+    half_width, half_height = theta[:, 0, 0].abs(), theta[:, 1, 1]
+    centre_x, centre_y = theta[:, 0, 2], theta[:, 1, 2]
+    area = half_width * half_height  # of the image's area: the half-extents are fractions of [-1, 1]
+    assert area.min() >= 0.08 - 1e-6 and area.max() <= 1 + 1e-6
+    assert abs(area.mean().item() - 0.54) < 0.01  # U[0.08, 1]
+    aspect = half_width * width / (half_height * height)
+    assert aspect.min() >= 3 / 4 - 1e-5 and aspect.max() <= 4 / 3 + 1e-5
+    assert aspect.log().std() > 0.1  # not one aspect
+    assert (centre_x.abs() + half_width <= 1 + 1e-6).all() and (centre_y.abs() + half_height <= 1 + 1e-6).all()
+    assert centre_x.std() > 0.1 and centre_y.std() > 0.1  # not centred
+
+
+def only(**strengths) -> AugmentConfig:
+    """Colour jitter of every image, at the given strengths only, without crop or flip."""
+    zero = {"brightness": 0.0, "contrast": 0.0, "saturation": 0.0}
+    return AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=1.0,
+                         **{**zero, **strengths})
+
+
+@pytest.mark.parametrize("operation", ["brightness", "contrast", "saturation"])
+def test_each_colour_jitter_is_torchvision_s_adjustment_with_a_factor_in_range(operation):
+    """Each image's factor, read back from one of its pixels, gives torchvision's
+    ``adjust_brightness`` / ``adjust_contrast`` (the blend with the image's mean grayscale) /
+    ``adjust_saturation`` (with its grayscale) of the image; factors cover [0.6, 1.4]."""
+    import torchvision.transforms.functional as TF
+    images = 0.1 + 0.5 * random_images(batch=64)  # in [0.1, 0.6]: brightness and contrast never clamp
+    out = BatchAugment(only(**{operation: 0.4}))(images, seeded(0))
+    adjust = {"brightness": TF.adjust_brightness, "contrast": TF.adjust_contrast,
+              "saturation": TF.adjust_saturation}[operation]
+    factors = []
+    for image, augmented in zip(images, out):
+        reference = {"brightness": torch.zeros_like(image), "contrast": TF.rgb_to_grayscale(image).mean().expand_as(image),
+                     "saturation": TF.rgb_to_grayscale(image).expand_as(image)}[operation]
+        unclamped = (augmented > 1e-6) & (augmented < 1 - 1e-6)
+        pixel = ((image - reference).abs() * unclamped).argmax()  # out = f image + (1 - f) reference
+        factor = ((augmented.flatten()[pixel] - reference.flatten()[pixel])
+                  / (image.flatten()[pixel] - reference.flatten()[pixel])).item()
+        factors.append(factor)
+        torch.testing.assert_close(augmented, adjust(image, factor), atol=2e-4, rtol=0)
+    assert 0.6 - 1e-4 <= min(factors) < 0.75 and 1.25 < max(factors) <= 1.4 + 1e-4
+
+
+def test_colour_jitter_touches_the_configured_fraction_of_images():
+    images = torch.full((4000, 1, 8, 8), 0.5)
+    config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.8,
+                           contrast=0.0)
+    changed = (BatchAugment(config)(images, seeded(0)) - 0.5).abs().flatten(1).amax(dim=1) > 1e-6
+    assert abs(changed.float().mean().item() - 0.8) < 0.03
