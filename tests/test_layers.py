@@ -1,6 +1,8 @@
 """The import graph of ``simulator/``, ``methods/`` and ``analysis/``: no circle, ``analysis/`` (offline
-reports) imported only by the command line, Ray imported only by the engine. Imports inside
-functions count: a lazy import is still a dependency."""
+reports) imported only by the command line, Ray imported only by the engine, ``methods/`` built only
+on the simulator's building blocks (never on the engine, the run or the evaluation loop above it), no
+import by name at run time (``importlib.import_module``, ``__import__``), which the graph could not
+see. Imports inside functions count: a lazy import is still a dependency."""
 import ast
 from pathlib import Path
 
@@ -9,6 +11,11 @@ PACKAGES = ("simulator", "methods", "analysis")
 # the command line sits above everything: it may import the offline reports
 REPORT_USERS = {"simulator.cli"}
 RAY_USERS = {"simulator.engine"}
+# what a method's client and server steps are made of; the rest of simulator/ (the engine, the run,
+# the evaluation loop) sits above methods/ and imports them
+METHOD_BUILDING_BLOCKS = {"simulator", "simulator.context", "simulator.augment", "simulator.models",
+                          "simulator.stats", "simulator.data", "simulator.data.partition", "simulator.evaluation",
+                          "simulator.evaluation.metrics"}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -102,3 +109,33 @@ def test_offline_reports_are_imported_only_by_the_command_line():
 def test_ray_is_imported_only_by_the_engine():
     _, externals = import_graph()
     assert sorted(name for name, tops in externals.items() if "ray" in tops) == sorted(RAY_USERS)
+
+
+def test_methods_import_only_the_simulator_s_building_blocks():
+    edges, _ = import_graph()
+    offenders = sorted(f"{name} -> {target}" for name, targets in edges.items() if name.split(".")[0] == "methods"
+                       for target in targets if target.split(".")[0] == "simulator"
+                       and target not in METHOD_BUILDING_BLOCKS)
+    assert offenders == []
+
+
+def dynamic_imports(root: Path = REPO) -> list[str]:
+    """``file:line`` of every call of ``importlib.import_module``, ``import_module`` or ``__import__``."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call):
+                    called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                    if called in ("import_module", "__import__"):
+                        found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_nothing_is_imported_by_name_at_run_time(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "methods" / "m.py").write_text("import importlib\n\ndef f():\n    return importlib.import_module('ray')\n")
+    (tmp_path / "analysis" / "a.py").write_text("x = __import__('simulator.engine')\n")
+    assert dynamic_imports(tmp_path) == ["methods/m.py:4", "analysis/a.py:1"]
+    assert dynamic_imports() == []
