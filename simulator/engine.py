@@ -763,6 +763,7 @@ class RayFederation:
                 failed.append(i)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
                 if not self.server.alive():  # the share's broadcast came from the lost server
+                    self.settle(submitted, worker_of, deadline)
                     raise ServerLost(f"round {ctx.round}: the parameter server died") from None
                 if isinstance(err, ray.exceptions.RayActorError):
                     failed.append(i)
@@ -771,6 +772,18 @@ class RayFederation:
                 else:
                     raise
         return failed
+
+    def settle(self, submitted: dict[int, tuple], worker_of: list[int], deadline: dict[int, float]) -> None:
+        """Waits until no submitted share runs any more (a hung worker is killed), whatever each
+        ended with: the run then rewinds the client-state store to its checkpoint, and a share still
+        running could stage its clients' states after the rewind, into the rounds played again."""
+        for i, (status, _) in submitted.items():
+            try:
+                ray.get(status, timeout=max(0.0, deadline[i] - time.monotonic()) if deadline[i] < math.inf else None)
+            except ray.exceptions.GetTimeoutError:
+                ray.kill(self.slots[worker_of[i]], no_restart=True)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+                pass
 
     def worker_alive(self, index: int) -> bool:
         try:

@@ -497,6 +497,64 @@ def test_a_server_dead_outside_its_server_step_is_restarted_with_the_driver_simu
     assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
 
 
+def run_with_server_and_worker_dying_together(scenario, out, marks, monkeypatch):
+    """The run of ``scenario`` in which, in round 3, the worker given the round's lowest client kills
+    the parameter server and itself while the other worker is still simulating its share (8 s more):
+    the driver sees the deaths while that share runs on."""
+    import ray
+
+    from simulator import engine
+
+    class ServerTellingItsPid(engine.ParameterServer):  # local, so that Ray ships it by value
+        def setup(self, spec, store):
+            super().setup(spec, store)
+            (marks / "server_pid").write_text(str(os.getpid()))
+
+    class WorkerKillingTheServer(engine.WorkerActor.__ray_actor_class__):  # local, so that Ray ships it by value
+        @ray.method(num_returns=2)
+        def run(self, broadcast, extras, client_ids, ctx):
+            died = marks / "died"
+            if ctx.round == 3 and not died.exists():
+                if min(ctx.cohort) in client_ids:
+                    died.touch()
+                    os.kill(int((marks / "server_pid").read_text()), signal.SIGKILL)
+                    os._exit(1)
+                time.sleep(8)
+            return super().run(broadcast, extras, client_ids, ctx)
+
+    monkeypatch.setattr(engine, "ServerActor", ray.remote(ServerTellingItsPid))
+    monkeypatch.setattr(engine, "WorkerActor", ray.remote(WorkerKillingTheServer))
+    run_dir, summary = run_scenario(scenario, str(out), progress=False)
+    assert (marks / "died").exists()
+    return run_dir, summary
+
+
+def test_shares_still_running_when_the_server_dies_stage_nothing_into_the_healed_rounds(
+        ray_session, synthetic_raw, tmp_path, monkeypatch):
+    """Stateful clients (FedEMA), the server and a worker lost together in round 3 (no checkpoint yet:
+    the run starts over): the other worker's share of round 3 ends after the driver has rewound the
+    client states, and the states it stores must not outlive the rewind (a client not simulated
+    again before round 3 would start round 3 from its own future)."""
+    raw = with_overrides(tiny_scenario(tmp_path), {
+        "method": {"name": "fedema", "objective": "byol", "selective": False}, "training": {"rounds": 3},
+        "eval": {"enabled": False}, "output": {"checkpoint_every": 3},
+        "ray": {"num_workers": 2, "driver_simulates": False, "while_starting": "wait", "server": "actor"}})
+    scenario = resolve(raw)
+    clean_dir, clean = run_scenario(scenario, str(tmp_path / "clean"), progress=False)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    healed_dir, healed = run_with_server_and_worker_dying_together(scenario, tmp_path / "healed", marks, monkeypatch)
+    assert clean["server_restarts"] == 0 and healed["server_restarts"] == 1
+    states = {run: {p.name: flat_tensors(torch.load(p, weights_only=False))
+                    for p in sorted((run / "client_state").glob("client_*.pt"))} for run in (clean_dir, healed_dir)}
+    assert sorted(states[clean_dir]) == sorted(states[healed_dir]) and states[clean_dir]
+    for client, tensors in states[clean_dir].items():
+        for name, value in tensors.items():
+            assert torch.equal(value, states[healed_dir][client][name]), (client, name)
+    for name, value in flat_tensors(final_state(clean_dir)).items():
+        assert torch.equal(value, flat_tensors(final_state(healed_dir))[name]), name
+
+
 def test_a_dead_server_whose_checkpoint_is_unreadable_ends_with_one_line(ray_session, synthetic_raw, tmp_path,
                                                                         monkeypatch, capsys):
     import ray
