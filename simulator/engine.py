@@ -795,20 +795,32 @@ class RayFederation:
     def peak_memory_mb(self) -> dict[str, float]:
         """Peak resident memory of the driver (with the server and the worker slot it hosts), the server
         and evaluator actors and all worker actors."""
-        workers = ray.get([worker.memory.remote() for worker in self.workers])
+        workers = self.ask_live_workers("memory")
         evaluator = self.evaluator.peak_mb() if self.evaluator else 0.0
         return {"driver": memory_mb()["peak_mb"], "server": self.server.peak_mb(),
                 "evaluator": evaluator, "workers": sum(w["peak_mb"] for w in workers)}
 
     def worker_nodes(self) -> int:
         """How many nodes the (live) workers run on."""
-        return len(set(ray.get([worker.node_id.remote() for worker in self.workers])))
+        return len(set(self.ask_live_workers("node_id")))
 
     def numerics(self) -> list[str]:
         """The distinct numerics (:func:`simulator.resources.process_numerics`) of the driver, which
         hosts or sits beside the server and the evaluator, and of every worker slot."""
         in_driver = [slot.worker.numerics() for slot in self.slots if isinstance(slot, WorkerInDriver)]
-        return sorted({process_numerics(), *in_driver, *ray.get([worker.numerics.remote() for worker in self.workers])})
+        return sorted({process_numerics(), *in_driver, *self.ask_live_workers("numerics")})
+
+    def ask_live_workers(self, method: str) -> list:
+        """Every worker actor's answer to ``method``, but a worker lost since its last share (its
+        replacement comes with the next round that gives it a share): a worker can die between rounds,
+        while a checkpoint or the summary asks the workers how they run."""
+        answers = []
+        for asked in [getattr(worker, method).remote() for worker in self.workers]:
+            try:
+                answers.append(ray.get(asked))
+            except ray.exceptions.RayActorError:
+                pass
+        return answers
 
     def networks_now(self) -> ray.ObjectRef:
         """The networks to evaluate, as they are now."""

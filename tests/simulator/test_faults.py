@@ -555,6 +555,39 @@ def test_shares_still_running_when_the_server_dies_stage_nothing_into_the_healed
         assert torch.equal(value, flat_tensors(final_state(healed_dir))[name]), name
 
 
+def test_a_worker_lost_between_rounds_is_replaced_and_the_checkpoints_and_summary_are_written(
+        ray_session, synthetic_raw, tmp_path, monkeypatch):
+    """A worker killed after round 1's server step, before the round's checkpoint asks every worker
+    how it computes: the checkpoint and the summary are written from the live workers, the next
+    round replaces the lost one, and the run ends as the fault-free one."""
+    import ray
+
+    from simulator import engine
+    raw = with_overrides(tiny_scenario(tmp_path), {
+        "training": {"rounds": 3}, "eval": {"enabled": False}, "output": {"checkpoint_every": 1},
+        "ray": {"num_workers": 2, "driver_simulates": False, "while_starting": "wait"}})
+    scenario = resolve(raw)
+    clean_dir, clean = run_scenario(scenario, str(tmp_path / "clean"), progress=False)
+    run_round = engine.RayFederation.run_round
+
+    def run_round_then_lose_a_worker(self, ctx):
+        metrics = run_round(self, ctx)
+        if ctx.round == 1:
+            os.kill(ray.get(self.workers[0].pid.remote()), signal.SIGKILL)
+            while self.worker_alive(0):
+                time.sleep(0.1)
+        return metrics
+
+    monkeypatch.setattr(engine.RayFederation, "run_round", run_round_then_lose_a_worker)
+    lost_dir, lost = run_scenario(scenario, str(tmp_path / "lost"), progress=False)
+    assert clean["worker_restarts"] == 0 and lost["worker_restarts"] == 1
+    assert sorted(p.name for p in (lost_dir / "checkpoints").iterdir()) == \
+        sorted(p.name for p in (clean_dir / "checkpoints").iterdir())
+    assert lost["numerics"] == clean["numerics"]
+    for name, value in flat_tensors(final_state(clean_dir)).items():
+        assert torch.equal(value, flat_tensors(final_state(lost_dir))[name]), name
+
+
 def test_a_dead_server_whose_checkpoint_is_unreadable_ends_with_one_line(ray_session, synthetic_raw, tmp_path,
                                                                         monkeypatch, capsys):
     import ray
