@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,7 +23,7 @@ DURATION = re.compile(r"\+(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 @dataclass(frozen=True)
 class Deadline:
-    at: datetime  # local time
+    at: datetime  # local wall-clock time (naive: read by the local time zone's rules, DST included)
 
     @classmethod
     def parse(cls, text: str, now: datetime | None = None) -> Deadline:
@@ -34,12 +35,16 @@ class Deadline:
             return cls(at if at > now else at + timedelta(days=1))
         if (duration := DURATION.fullmatch(text)) and any(duration.groups()):
             hours, minutes, seconds = (int(part or 0) for part in duration.groups())
-            return cls(now + timedelta(hours=hours, minutes=minutes, seconds=seconds))
+            elapsed = timedelta(hours=hours, minutes=minutes, seconds=seconds).total_seconds()
+            return cls(datetime.fromtimestamp(now.timestamp() + elapsed))  # real time, across a DST change too
         raise ScenarioError("fedssl claim", "--until", f"expected a clock time HH:MM (its next occurrence) or "
                                                        f"+DURATION such as +45m or +2h30m, got {text!r}")
 
-    def seconds_left(self) -> float:
-        return (self.at - datetime.now()).total_seconds()
+    def seconds_left(self, now: float | None = None) -> float:
+        """Seconds from ``now`` (a POSIX time; default: the present) to the deadline, as the time zone
+        counts them: a clock time after a DST change is an hour nearer or farther than its wall-clock
+        difference says."""
+        return self.at.timestamp() - (time.time() if now is None else now)
 
     def __str__(self) -> str:
         return self.at.strftime("%Y-%m-%d %H:%M:%S")

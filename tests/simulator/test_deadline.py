@@ -28,6 +28,28 @@ def test_a_clock_time_is_its_next_occurrence_and_a_duration_counts_from_now(text
     assert Deadline.parse(text, NOW).at == at
 
 
+@pytest.fixture
+def berlin(monkeypatch):
+    """The local time zone of Berlin (POSIX rules, no tz database needed): clocks go from 02:00 to
+    03:00 on 2026-03-29."""
+    monkeypatch.setenv("TZ", "CET-1CEST,M3.5.0,M10.5.0/3")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("text, hours_left", [("06:00", 4.5), ("+2h", 2.0), ("01:45", 1.25)])
+def test_a_deadline_across_a_dst_change_is_counted_in_real_time(berlin, text, hours_left):
+    """00:30 on the night the clocks go forward: 06:00 is 4.5 hours away, not 5.5; ``+2h`` is two real
+    hours (03:30 by the clock, which skips 02:00-03:00); before the change nothing moves."""
+    now = datetime(2026, 3, 29, 0, 30)
+    deadline = Deadline.parse(text, now)
+    assert deadline.seconds_left(now.timestamp()) == hours_left * 3600
+    if text == "+2h":
+        assert deadline.at == datetime(2026, 3, 29, 3, 30)
+
+
 @pytest.mark.parametrize("text", ["24:00", "10:60", "10:5", "1020", "+", "+h", "45m", "+45", "+1m2h", "+-5m", "",
                                   "tomorrow"])
 def test_anything_else_is_one_line_naming_both_spellings(text):
