@@ -24,13 +24,11 @@ from simulator.models import mlp
 Embedding = dict[str, list[Tensor]]
 
 
-class Objective:
-    """Base: ``build`` the online networks, ``embed`` views, ``rows_loss`` on a subset of rows."""
+class Networks:
+    """What :func:`methods.networks.build_networks` needs of a method: ``build`` the online networks on
+    an encoder (here: encoder and projector) and whether an EMA target copies them (``uses_target``)."""
 
-    name = ""
-    num_views = 2
     uses_target = False
-    uses_labels = False
 
     def __init__(self, config: Params, model_config: Mapping[str, Any], num_classes: int):
         self.config, self.model_config = config, model_config
@@ -44,6 +42,14 @@ class Objective:
             "encoder": encoder,
             "projector": mlp(encoder.out_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.hidden_norm),
         })
+
+
+class Objective(Networks):
+    """Networks with a local loss: ``embed`` views, ``rows_loss`` on a subset of rows."""
+
+    name = ""
+    num_views = 2
+    uses_labels = False
 
     def embed(self, online: nn.ModuleDict, target: nn.ModuleDict | None, views: list[Tensor]) -> Embedding:
         """Backbone features and projections of every view."""

@@ -103,7 +103,7 @@ from methods.local_training import LocalStep, Workspace, copy_into, ema_update, 
 from methods.losses.orchestra_clustering import orchestra_clustering_loss
 from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
-from methods.objectives import Objective, project
+from methods.objectives import Networks, project
 from methods.sinkhorn import equal_size_clustering, initial_global_centroids, sgd_global_clustering
 from methods.params import ServerOptimizerParams, server_optimizer_rules
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
@@ -128,16 +128,15 @@ def orchestra_projector(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequen
     )
 
 
-class OrchestraNetworks(Objective):
+class OrchestraNetworks(Networks):
     """Orchestra's online networks: encoder, the reference's 2-layer projector ending in a
     BatchNorm without affine parameters and (with degeneracy) a linear 4-way rotation head on the
     (unnormalised) projection, as the reference's ``deg_layer``; the EMA target copies encoder and
     projector.
 
-    The loss needs the global centroids and lives in ``Orchestra.step_loss``.
+    Networks without an objective: the loss needs the global centroids and lives in
+    ``Orchestra.step_loss``.
     """
-
-    name = "orchestra"
 
     def __init__(self, config, model_config, num_classes):
         super().__init__(config, model_config, num_classes)
@@ -213,11 +212,11 @@ class Orchestra(Method):
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
-        self.objective = OrchestraNetworks(self.config, scenario["model"], spec.num_classes)
+        self.networks = OrchestraNetworks(self.config, scenario["model"], spec.num_classes)
 
     def build_networks(self) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:
         """Online networks and target, initialised deterministically from the scenario seed."""
-        return build_networks(self.objective, self.scenario, self.spec, derive_seed(self.scenario["seed"], "init"))
+        return build_networks(self.networks, self.scenario, self.spec, derive_seed(self.scenario["seed"], "init"))
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):
@@ -241,7 +240,7 @@ class Orchestra(Method):
         return state, metrics
 
     def eval_network(self, state):
-        return global_eval_network(self.objective, self.scenario, self.spec, state)
+        return global_eval_network(self.networks, self.scenario, self.spec, state)
 
     def global_centroids(self, local: Tensor, previous: Tensor | None, ctx: RoundContext) -> Tensor:
         """The G global centroids of the received local centroids ``local`` [N, D]."""

@@ -4,7 +4,8 @@ A method declares ``Params``, a frozen dataclass of its ``method:`` keys with th
 (composed from the parts it uses: the server optimiser's, each extension's); the scenario validator
 accepts exactly those keys, each of its default's type (:meth:`Params.defaults`), and the method's
 ``param_rules`` check the values, one way for every method (``Method.check_params``). Lists in a
-scenario become tuples, so the object is immutable all the way down.
+scenario become tuples (a list of records, Hetero-SSFL's ``tiers``, is checked and turned into frozen
+records by its method, which overrides ``check_params`` for it).
 """
 from __future__ import annotations
 

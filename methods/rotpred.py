@@ -22,7 +22,7 @@ from methods.base import ClientUpload, Method
 from methods.local_training import LocalStep, copy_into, train_local_epochs
 from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
-from methods.objectives import Objective, project
+from methods.objectives import Networks, project
 from methods.orchestra import NUM_ROTATIONS, orchestra_projector
 from methods.params import ServerOptimizerParams, server_optimizer_rules
 from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
@@ -31,10 +31,9 @@ from simulator.context import derive_seed
 from simulator.stats import Stats
 
 
-class RotationNetworks(Objective):
-    """Encoder, Orchestra's projector, and the rotation head on the projection."""
-
-    name = "rotation"
+class RotationNetworks(Networks):
+    """Encoder, Orchestra's projector, and the rotation head on the projection (the loss lives in
+    ``RotPred``'s client step)."""
 
     def build(self, encoder):
         return nn.ModuleDict({
@@ -55,10 +54,10 @@ class RotPred(Method):
 
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
-        self.objective = RotationNetworks(self.config, scenario["model"], spec.num_classes)
+        self.networks = RotationNetworks(self.config, scenario["model"], spec.num_classes)
 
     def build_networks(self):
-        return build_networks(self.objective, self.scenario, self.spec, derive_seed(self.scenario["seed"], "init"))
+        return build_networks(self.networks, self.scenario, self.spec, derive_seed(self.scenario["seed"], "init"))
 
     # ---- server side -------------------------------------------------------------------------
     def init_state(self):
@@ -71,7 +70,7 @@ class RotPred(Method):
         return (state if total is None else averaged_weights(state, total.average(), self.config)), {}
 
     def eval_network(self, state):
-        return global_eval_network(self.objective, self.scenario, self.spec, state)
+        return global_eval_network(self.networks, self.scenario, self.spec, state)
 
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):
