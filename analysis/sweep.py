@@ -65,7 +65,7 @@ def row_of(overrides: list[str], summary: dict[str, Any]) -> dict[str, Any]:
 def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, progress: bool,
               check: Callable[[dict, str], None] | None = None) -> list[dict]:
     """Every combination's run, one after another, in ``out``. Before any is written, every combination
-    is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's data check)."""
+    is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's checks before running)."""
     from simulator.run import run_scenario
     keys, combos = grid(overs)
     scenarios = [load_scenario(scenario_file, [*sets, *combo]) for combo in combos]  # all valid before any runs

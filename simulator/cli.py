@@ -171,12 +171,12 @@ def study(args) -> int:
             from analysis.sweep import markdown, run_sweep
             with stop_signals(), ray_connection_of_the_command():
                 rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False,
-                                 check=check_data)
+                                 check=check_before_running)
             print(markdown(rows), end="")
         else:
             from analysis.benchmark import format_results, run_benchmark
             scenario = load_scenario(args.scenario, args.overrides)
-            check_data(scenario, args.scenario)
+            check_before_running(scenario, args.scenario)
             print(format_results(run_benchmark(scenario)), end="")
     except (RunStopped, KeyboardInterrupt) as err:
         return stopped(err, "the sweep's later runs were not started")
@@ -238,9 +238,9 @@ def claim(args) -> int:
             return interim_claim(suite, states, runs_dir)
         for state in states:  # every run to start or resume: its data at hand, before any runs
             if state.state == "new":
-                check_data(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
+                check_before_running(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
             elif state.state == "interrupted":
-                check_data(load_scenario(state.run_dir / "scenario.yaml"), str(state.run_dir / "scenario.yaml"))
+                check_before_running(load_scenario(state.run_dir / "scenario.yaml"), str(state.run_dir / "scenario.yaml"))
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
@@ -312,14 +312,20 @@ def print_claim_table(suite, runs_dir, pending: tuple[int, ...] = ()) -> int:
     return 0
 
 
-def check_data(scenario: dict, source: str) -> None:
+def check_before_running(scenario: dict, source: str) -> None:
     """Fail early if the data or the partition cannot be had (DatasetUnavailable; ScenarioError
-    under ``partition``), or if a method setting does not fit the data (ScenarioError under
-    ``method.KEY``, e.g. Hetero-SSFL's RAD larger than the test images left to it)."""
+    under ``partition``), if a method setting does not fit the data (ScenarioError under
+    ``method.KEY``, e.g. Hetero-SSFL's RAD larger than the test images left to it), or if the run's
+    own Ray instance could never place its worker actors (ScenarioError under ``ray.num_workers`` or
+    ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`)."""
     from methods import METHODS
     from methods.base import ParamError
     from simulator.data.store import prepare_partition
+    from simulator.engine import own_instance_room
     from simulator.held_out import HeldOutImages
+    if (no_room := own_instance_room(scenario)) is not None:
+        raise ScenarioError(source, "ray.worker_pools" if scenario["ray"]["worker_pools"] else "ray.num_workers",
+                            no_room)
     try:
         method = METHODS[scenario["method"]["name"]]
         method.check_data(method.Params.from_config(scenario["method"]), HeldOutImages.of(scenario))
@@ -355,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and args.out:
             from simulator.runlog import check_out
             check_out(args.out)
-        check_data(scenario, args.scenario)
+        check_before_running(scenario, args.scenario)
         if args.command == "validate":
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")

@@ -70,6 +70,37 @@ def start_ray(address: str | None) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
+def actor_cpus(scenario: dict) -> float:
+    """The CPUs the run's worker actors hold together for the whole run: every slot of every pool but
+    the driver's own (``ray.driver_simulates``: the last slot of the first pool without GPUs)."""
+    pools = list(worker_pools(scenario).values())
+    total = sum(pool["count"] * pool["num_cpus"] for pool in pools)
+    driver_pool = next((pool for pool in pools if pool["num_gpus"] == 0), None)
+    if scenario["ray"]["driver_simulates"] and driver_pool is not None and driver_pool["count"] > 0:
+        total -= driver_pool["num_cpus"]
+    return total
+
+
+def own_instance_room(scenario: dict) -> str | None:
+    """Where the run would start a local Ray instance of its own (``executor: ray``, no
+    ``ray.address``, no ``$RAY_ADDRESS``, this process not connected), why its worker actors could
+    never all be placed there, in a line; else None. An actor that finds no CPUs left waits for them,
+    and its share with it: without ``ray.share_timeout_seconds`` the run would wait for ever."""
+    if (scenario["executor"] != "ray" or scenario["ray"]["address"] or os.environ.get("RAY_ADDRESS")
+            or ray.is_initialized()):
+        return None
+    from ray._private.utils import get_num_cpus  # the CPUs ray.init gives a local instance by default
+    needed = {"CPUs": actor_cpus(scenario),
+              "GPUs": sum(pool["count"] * pool["num_gpus"] for pool in worker_pools(scenario).values())}
+    here = {"CPUs": get_num_cpus(), "GPUs": torch.cuda.device_count()}  # as Ray counts them, CUDA_VISIBLE_DEVICES too
+    short = next((kind for kind in needed if needed[kind] > here[kind]), None)
+    if short is None:
+        return None
+    return (f"expected worker actors that fit the {here[short]} {short} of this machine (the run starts a Ray "
+            f"instance of its own), got actors holding {needed[short]:g} {short} for the whole run (the driver's "
+            f"own slot holds none); fewer workers or {short} a worker, or a cluster's ray.address")
+
+
 def ray_connected() -> bool:
     """Whether the process is connected to Ray (:class:`simulator.run.ray_connection_of_the_command`)."""
     return ray.is_initialized()

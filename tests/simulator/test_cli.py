@@ -118,6 +118,39 @@ def test_bad_method_values_are_caught_before_anything_runs(synthetic_raw, tmp_pa
     assert not out.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_worker_actors_a_run_s_own_ray_instance_cannot_place_are_one_line_before_anything_runs(
+        synthetic_raw, tmp_path, capsys, monkeypatch, command):
+    """Two actors holding every CPU of the machine each (the driver simulating none) would leave one
+    waiting for ever on the run's own Ray instance: exit 2, one line, nothing written; with the
+    driver's slot taking one of them, the same scenario is accepted."""
+    from ray._private.utils import get_num_cpus
+
+    from simulator import engine
+    monkeypatch.setattr(engine.ray, "is_initialized", lambda: False)  # as in a fresh command's process
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cpus = get_num_cpus()
+    ray_section = {"num_workers": 2, "worker": {"num_cpus": cpus, "num_gpus": 0.0}, "driver_simulates": False}
+    scenario = write(tmp_path, {**synthetic_raw, "ray": ray_section})
+    out = tmp_path / "never"
+    argv = ["validate", str(scenario)] if command == "validate" else ["run", str(scenario), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (f"fedssl: error: {scenario}: ray.num_workers: expected worker actors that fit the {cpus} CPUs of "
+                   f"this machine (the run starts a Ray instance of its own), got actors holding {2 * cpus} CPUs for "
+                   f"the whole run (the driver's own slot holds none); fewer workers or CPUs a worker, or a "
+                   f"cluster's ray.address\n")
+    import torch
+    gpus = torch.cuda.device_count()
+    on_gpus = write(tmp_path, {**synthetic_raw, "ray": {"num_workers": 2, "worker": {"num_cpus": 1,
+                                                                                    "num_gpus": float(gpus + 1)}}})
+    assert main(["validate", str(on_gpus)]) == 2
+    assert f"expected worker actors that fit the {gpus} GPUs of this machine" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+    fits = write(tmp_path, {**synthetic_raw, "ray": {**ray_section, "driver_simulates": True}})
+    assert main(["validate", str(fits)]) == 0
+
+
 def test_the_fedssl_command_keeps_the_exit_code_and_the_output_of_main(synthetic_raw, tmp_path):
     """``fedssl`` (``simulator.cli:command``) ends the process without the interpreter's teardown:
     its exit code and every printed line are main's, whether the run succeeds or the input is bad."""

@@ -488,3 +488,16 @@ def test_the_evaluator_thread_computes_on_one_thread_whatever_the_driver_set_aft
         evaluator.kill()
     finally:
         torch.set_num_threads(saved)
+
+
+def test_actor_cpus_count_every_slot_but_the_driver_s_own():
+    from simulator.engine import actor_cpus
+    pools = [{"name": "cpu", "count": 2, "num_cpus": 1.5, "num_gpus": 0.0},
+             {"name": "gpu", "count": 1, "num_cpus": 2, "num_gpus": 1.0}]
+    ray_section = {"worker_pools": pools, "driver_simulates": True}
+    assert actor_cpus({"ray": ray_section}) == 1.5 + 2  # the driver plays the cpu pool's last slot
+    assert actor_cpus({"ray": {**ray_section, "driver_simulates": False}}) == 2 * 1.5 + 2
+    assert actor_cpus({"ray": {**ray_section, "worker_pools": pools[1:]}}) == 2  # no slot the driver can play
+    one_pool = {"num_workers": 3, "worker": {"num_cpus": 1, "num_gpus": 0.0}, "worker_pools": [],
+                "driver_simulates": True}
+    assert actor_cpus({"ray": one_pool}) == 2
