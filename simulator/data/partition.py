@@ -60,10 +60,12 @@ def _client_class_counts(target: int, proportions: np.ndarray, prior: np.ndarray
 
 def _in_order_counts(proportions: np.ndarray, targets: np.ndarray, prior: np.ndarray, available: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:
-    """Client 0 takes its share first, then client 1, ...: the classes the early clients exhaust are
-    missing for the late ones, so the last clients' class mixes depart from their draws (more skewed
-    than Dir(alpha): with alpha 0.5 and 100 Fashion-MNIST clients, the last quarter holds its largest
-    class at about 0.47 on average against the Dirichlet's 0.38; ``tests/simulator/data``)."""
+    """Client 0 takes its share first, then client 1, ...: the early clients hold their draws, and the
+    classes they exhaust are missing for the late ones, whose class mixes depart from their draws.
+    Equal sizes and the class totals leave no exact Dir(alpha) split; measured on Fashion-MNIST's
+    labels, 100 clients, 5 seeds, the mean share of a client's largest class (the Dirichlet's own
+    expectation in brackets): alpha 0.5, first quarter 0.387, last quarter 0.470 (0.380: the last
+    clients more skewed); alpha 0.1 x prior, 0.945 and 0.900 (0.943: less skewed)."""
     available = available.copy()
     counts = np.empty((len(targets), len(prior)), dtype=np.int64)
     for client in range(len(targets)):
@@ -78,7 +80,9 @@ def _random_order_counts(proportions: np.ndarray, targets: np.ndarray, prior: np
     ``client_inner_dirichlet_partition``): the place's client draws a class from its proportions over
     the classes with samples left, so the shortfall of exhausted classes falls on every client alike
     (an all-zero weight over those classes, at tiny alpha, falls back on the prior, as in
-    :func:`_client_class_counts`)."""
+    :func:`_client_class_counts`). Every client then departs from its draw: measured as for
+    :func:`_in_order_counts`, alpha 0.5 gives 0.373 and 0.375 (0.380), alpha 0.1 x prior 0.823 and
+    0.835 (0.943: every client less skewed than drawn)."""
     available = available.copy()
     counts = np.zeros((len(targets), len(prior)), dtype=np.int64)
     places = rng.permutation(np.repeat(np.arange(len(targets)), targets))
@@ -179,8 +183,8 @@ def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *
 
     iid: random equal split. dirichlet: equal-size clients with class proportions ~ Dir(alpha * prior)
     if ``scale_by_prior`` else Dir(alpha) (every client holds ``len(labels) // num_clients`` samples,
-    or one more), dealt out client by client (``fill: in_order``: the last clients end more skewed
-    than their draws) or sample by sample in a random order of the clients (``random_order``).
+    or one more), dealt out client by client (``fill: in_order``: the last clients depart from their
+    draws) or sample by sample in a random order of the clients (``random_order``: every client does).
     classes_per_client: each client holds ``k`` classes. rotation: iid, plus per-sample rotation angles
     skewed per client over ``rotation_bins`` bins by Dir(rotation_alpha). joint: dirichlet plus rotation.
     """
