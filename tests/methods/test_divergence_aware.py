@@ -41,13 +41,18 @@ def test_divergence_is_the_mean_l2_change_of_the_encoders_convolution_kernels():
     assert divergence(start, end) == pytest.approx((18 ** 0.5 + 1.0) / 2)  # only the two 4-d kernels
 
 
-def test_first_participation_starts_from_global_online_with_the_target_copied_from_it(synthetic_raw):
-    scenario, method = make(synthetic_raw, "fedu")
+@pytest.mark.parametrize("name", ["fedu", "fedema"])
+def test_first_participation_starts_from_global_online_with_the_target_copied_from_it(synthetic_raw, name):
+    scenario, method = make(synthetic_raw, name)
     state = Server(method).state
-    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], None, at(scenario, 1))
-    for name, value in start.items():
-        source = "online." + name[len("target."):] if name.startswith("target.") else name
-        assert torch.equal(value, state["weights"][source])
+    # a global target apart from the global online networks (as after a round): the start must not take it
+    moved = {k: v + 1 if k.startswith("target.") else v for k, v in state["weights"].items()}
+    start = method.start_weights(method.make_workspace(torch.device("cpu")), moved, None, at(scenario, 1))
+    for key, value in start.items():
+        source = "online." + key[len("target."):] if key.startswith("target.") else key
+        assert torch.equal(value, moved[source])
+        if key.startswith("target."):
+            assert not torch.equal(value, moved[key])
     upload = participate(method, scenario, state, 1, None)
     kept = upload.client_state
     uploaded = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}

@@ -125,6 +125,21 @@ def test_alpha_decays_linearly_over_the_rounds(synthetic_raw):
     assert alphas == pytest.approx([1.0, 0.84, 0.68, 0.52, 0.36])
 
 
+@pytest.mark.parametrize("rounds, share_from_round, share_every, hand_count", [
+    (3, 1, 2, 2),  # rounds 1 and 3: the last round shares
+    (4, 0, 2, 3),  # the setup round 0, then 2 and 4 (round 1 would share the setup round's weights again)
+    (5, 2, 1, 4),  # rounds 2, 3, 4, 5
+])
+def test_the_privacy_budget_counts_every_sharing_round_the_last_included(synthetic_raw, rounds, share_from_round,
+                                                                          share_every, hand_count):
+    """The noise multiplier is set so that the shares a client can make over the whole run spend at
+    most target_epsilon: the count of sharing rounds, by hand, against the method's."""
+    method, _ = build(synthetic_raw, rounds=rounds, name="fedsc", share_clip_mu=2.0, share_from_round=share_from_round,
+                      share_every=share_every, target_epsilon=8.0, delta=1e-4)
+    assert method.planned_shares == hand_count
+    assert rdp_epsilon(method.noise_multiplier, hand_count, 1e-4) <= 8.0
+
+
 def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
     """Noise of std multiplier * sqrt(2) mu / n_j on every entry; epsilon counts only the rounds in
     which the client shared (here rounds 1 and 3: share_every 2 from round 1)."""

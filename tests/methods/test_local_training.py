@@ -30,15 +30,15 @@ def test_epochs_batches_hooks_and_logged_parts_against_a_hand_computation():
         calls.append("forward")
         return w * x[rows].sum(), {"part": torch.tensor(float(len(rows)))}
 
-    step = LocalStep(loss, [w], before_forward=[lambda: calls.append("before")],
-                     after_step=[lambda: calls.append("after")])
+    step = LocalStep(loss, [w], before_forward=[lambda: calls.append("before 1"), lambda: calls.append("before 2")],
+                     after_step=[lambda: calls.append("after 1"), lambda: calls.append("after 2")])  # every hook, in order
     generator = torch.Generator().manual_seed(3)
     metrics = train_local_epochs(step, 10, generator, torch.device("cpu"), context(), "client 0")
     # 10 samples in batches of 4: 4, 4, 2 per epoch (a batch of one would be skipped), two epochs
     assert [len(rows) for rows in seen] == [4, 4, 2] * 2
     assert sorted(sum(seen[:3], [])) == list(range(10)) and sorted(sum(seen[3:], [])) == list(range(10))
     assert seen[:3] != seen[3:]  # a fresh order per epoch
-    assert calls == ["before", "forward", "after"] * 6
+    assert calls == ["before 1", "before 2", "forward", "after 1", "after 2"] * 6
     expected_w, losses = 0.0, []
     for rows in seen:
         total = float(x[rows].sum())

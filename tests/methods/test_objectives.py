@@ -40,12 +40,14 @@ def setup(synthetic_raw, **method):
     return method, workspace, scenario
 
 
-def method_loss(method, workspace, views, labelled=None):
-    """The batch loss the client step trains on (``labelled``: the batch's labelled rows)."""
+def method_loss(method, workspace, views, labelled=None, rows=None):
+    """The batch loss the client step trains on (``labelled``: which of the client's samples are
+    labelled; ``rows``: the batch's rows among them, by default the first ``BATCH``)."""
     for term in workspace.terms:
         if labelled is not None and hasattr(term, "labelled"):
             term.labelled = labelled
-    return composed_loss(method.objective, workspace, workspace.terms)(views, LABELS, torch.arange(BATCH))
+    return composed_loss(method.objective, workspace, workspace.terms)(
+        views, LABELS, torch.arange(BATCH) if rows is None else rows)
 
 
 def trainable(workspace):
@@ -234,9 +236,15 @@ def test_semi_supervised_terms_inside_the_method(synthetic_raw):
     method, workspace, _ = setup(synthetic_raw, objective="simsiam", uv=True, uv_weight=0.5,
                                  labelled_fraction=0.5)
     online, head = workspace.online, workspace.parts["uv"]
-    labelled = torch.tensor([True, True, False, True, True, False])
+    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
     lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, labelled))
+    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
+    # (its first six entries are another mask: a batch must read the mask at its rows)
+    rows = torch.tensor([11, 7, 3, 5, 9, 1])
+    client_mask = torch.zeros(12, dtype=torch.bool)
+    client_mask[rows] = labelled
+    assert not torch.equal(client_mask[:BATCH], labelled)
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
 
     def reference():
         loss = reference_objective("simsiam", online, None, VIEWS, unl, method.config)
@@ -261,9 +269,15 @@ def test_semi_supervised_ablations_inside_the_method(synthetic_raw, within_class
     method, workspace, _ = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5,
                                  within_class=within_class, label_loss=label_loss)
     online = workspace.online
-    labelled = torch.tensor([True, True, False, True, True, False])
+    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
     lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, labelled))
+    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
+    # (its first six entries are another mask: a batch must read the mask at its rows)
+    rows = torch.tensor([11, 7, 3, 5, 9, 1])
+    client_mask = torch.zeros(12, dtype=torch.bool)
+    client_mask[rows] = labelled
+    assert not torch.equal(client_mask[:BATCH], labelled)
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
 
     def reference():
         if within_class:
@@ -375,3 +389,17 @@ def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_
     for names in (broadcast["weights"], [name.split("/", 1)[1] for name in uploaded]):
         assert any(name.endswith("projector.1.running_mean") for name in names) == (head_norm == "batch")
     assert not any(name.endswith("num_batches_tracked") for name in uploaded)
+
+
+def test_each_client_trains_with_its_own_labelled_samples(synthetic_raw):
+    """The semi-supervised term a client is bound to holds that client's mask (seed, client id)."""
+    from methods.semi_supervised import labelled_mask
+    method, workspace, scenario = setup(synthetic_raw, objective="simclr", labelled_fraction=0.5)
+    extension = next(e for e in method.extensions if e.name == "semi_supervised")
+    masks = {}
+    for client in (2, 3):
+        data = ClientData(client, torch.zeros(40, 1, 28, 28, dtype=torch.uint8), torch.zeros(40, dtype=torch.long))
+        ctx = RoundContext(1, 2, (client,), scenario["seed"], freeze(scenario))
+        masks[client] = extension.bind(workspace, method.objective, {}, data, ctx).labelled
+        assert torch.equal(masks[client], labelled_mask(scenario["seed"], client, 40, 0.5))
+    assert not torch.equal(masks[2], masks[3])

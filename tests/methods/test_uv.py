@@ -235,6 +235,12 @@ def test_labelled_subset_is_fixed_per_client_and_rebuildable_from_the_partition(
     assert len(indices) == sum(len(labelled_positions(7, c, len(partition.indices[c]), 0.1)) for c in range(5))
 
 
+@pytest.mark.parametrize("size, fraction, count", [(45, 0.1, 5), (6, 0.25, 2), (44, 0.1, 4), (600, 0.1, 60)])
+def test_a_client_labels_its_fraction_of_samples_rounded_half_up(size, fraction, count):
+    """round(fraction x size), 4.5 -> 5 and 1.5 -> 2 (not Python's round-half-even, not a floor)."""
+    assert len(labelled_positions(7, 2, size, fraction)) == count
+
+
 @pytest.mark.parametrize("method, message", [
     ({"objective": "supervised"}, "method.uv: expected false"),
     ({"uv_weight": -1.0}, "method.uv_weight: expected a non-negative number"),
