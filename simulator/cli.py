@@ -321,11 +321,12 @@ def check_before_running(scenario: dict, source: str) -> None:
     from methods import METHODS
     from methods.base import ParamError
     from simulator.data.store import prepare_partition
-    from simulator.engine import own_instance_room
     from simulator.held_out import HeldOutImages
-    if (no_room := own_instance_room(scenario)) is not None:
-        raise ScenarioError(source, "ray.worker_pools" if scenario["ray"]["worker_pools"] else "ray.num_workers",
-                            no_room)
+    if scenario["executor"] == "ray":  # an in-process run never imports Ray
+        from simulator.engine import own_instance_room
+        if (no_room := own_instance_room(scenario)) is not None:
+            raise ScenarioError(source, "ray.worker_pools" if scenario["ray"]["worker_pools"] else "ray.num_workers",
+                                no_room)
     try:
         method = METHODS[scenario["method"]["name"]]
         method.check_data(method.Params.from_config(scenario["method"]), HeldOutImages.of(scenario))

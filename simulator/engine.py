@@ -82,12 +82,11 @@ def actor_cpus(scenario: dict) -> float:
 
 
 def own_instance_room(scenario: dict) -> str | None:
-    """Where the run would start a local Ray instance of its own (``executor: ray``, no
-    ``ray.address``, no ``$RAY_ADDRESS``, this process not connected), why its worker actors could
-    never all be placed there, in a line; else None. An actor that finds no CPUs left waits for them,
-    and its share with it: without ``ray.share_timeout_seconds`` the run would wait for ever."""
-    if (scenario["executor"] != "ray" or scenario["ray"]["address"] or os.environ.get("RAY_ADDRESS")
-            or ray.is_initialized()):
+    """Where a Ray run would start a local Ray instance of its own (no ``ray.address``, no
+    ``$RAY_ADDRESS``, this process not connected), why its worker actors could never all be placed
+    there, in a line; else None. An actor that finds no CPUs left waits for them, and its share with
+    it: without ``ray.share_timeout_seconds`` the run would wait for ever."""
+    if scenario["ray"]["address"] or os.environ.get("RAY_ADDRESS") or ray.is_initialized():
         return None
     from ray._private.utils import get_num_cpus  # the CPUs ray.init gives a local instance by default
     needed = {"CPUs": actor_cpus(scenario),
