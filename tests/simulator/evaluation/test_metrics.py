@@ -158,6 +158,9 @@ def test_linear_probe_is_the_regularised_logistic_regression_optimum(seed, one_t
 
     assert linear_probe_top1(train, train_labels, test, test_labels, 3) == pytest.approx(accuracy(1e-4), abs=1e-9)
     assert accuracy(1.0) < accuracy(1e-4) - 0.05
+    # at a penalty that shapes the optimum, the probe is still that optimum (its bias unpenalised)
+    assert linear_probe_top1(train, train_labels, test, test_labels, 3, weight_decay=1.0) == \
+        pytest.approx(accuracy(1.0), abs=1e-9)
 
 
 def test_linear_probe_is_scored_on_the_held_out_test_set(one_thread):
@@ -189,6 +192,9 @@ def test_label_subset_is_stratified_with_the_requested_size():
     assert torch.bincount(balanced[label_subset(balanced, 0.01, 0, 0)]).tolist() == [1] * 10
     assert torch.bincount(balanced[label_subset(balanced, 0.1, 0, 0)]).tolist() == [10] * 10
     assert len(label_subset(balanced, 1.0, 0, 0)) == 1000
+    # round(fraction x N), a half up: 30% of three classes of 5 is 4.5 -> 5 rows (quotas 1.5 each: 2, 2, 1)
+    fives = torch.tensor([0] * 5 + [1] * 5 + [2] * 5)
+    assert torch.bincount(fives[label_subset(fives, 0.3, seed=0, draw=0)]).tolist() == [2, 2, 1]
 
 
 def test_label_subsets_are_fixed_by_seed_and_draw_differ_between_draws_and_nest():
@@ -262,3 +268,30 @@ def test_probe_and_finetuning_leave_torch_global_generator_as_they_found_it(one_
     linear_probe_top1(features, labels, features, labels, num_classes=3)
     finetune(encoder, train_x, train_y, 2, steps=3, batch_size=8, seed=0)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_finetuning_is_adam_on_seeded_batches_with_the_copy_in_train_mode(one_thread):
+    """Three steps by hand: one seeded order of the 50 rows, batches of 16 taken in turn, x / 255,
+    the head standardised with the frozen features' statistics, Adam, the copy in train mode (its
+    BatchNorm normalises with the batch's statistics and moves its running ones)."""
+    import copy
+
+    from simulator.evaluation.metrics import Standardise, zero_linear
+    train_x, train_y = adaptation_task(50, torch.Generator().manual_seed(0))
+    torch.manual_seed(1)
+    encoder = nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU())
+    model = finetune(encoder, train_x, train_y, 2, steps=3, batch_size=16, lr=1e-2, seed=5)
+    frozen = extract_features(encoder, train_x)
+    hand = nn.Sequential(copy.deepcopy(encoder), nn.Flatten(), Standardise(frozen.mean(0), frozen.std(0).clamp_min(1e-6)),
+                         zero_linear(8, 2))
+    optimizer = torch.optim.Adam(hand.parameters(), lr=1e-2)
+    order = torch.randperm(50, generator=torch.Generator().manual_seed(5))
+    hand.train()
+    for step in range(3):
+        rows = order[16 * step:16 * (step + 1)]
+        loss = F.cross_entropy(hand(train_x[rows].float() / 255), train_y[rows])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    for (name, value), expected in zip(model.state_dict().items(), hand.state_dict().values()):
+        torch.testing.assert_close(value, expected, rtol=0, atol=1e-6, msg=name)

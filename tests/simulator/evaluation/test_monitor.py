@@ -39,8 +39,32 @@ def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_
                             "knn_top1_1pct", "linear_top1_1pct", "knn_top1_10pct", "linear_top1_10pct"}
     assert metrics == evaluate_network(network, data, scenario)  # deterministic
     assert all(EVALUATED_METRIC.fullmatch(name) for name in metrics)  # the names a claim suite may name
+    from simulator.evaluation.metrics import extract_features, linear_probe_top1
+    test_f = extract_features(network["encoder"], data.test_x)
+    on_labelled = linear_probe_top1(extract_features(network["encoder"], data.labelled_x), data.labelled_y, test_f,
+                                    data.test_y, data.num_classes, max_iter=scenario["eval"]["probe_iterations"])
+    assert metrics["labelled_linear_top1"] == on_labelled  # the probe of the labelled samples alone
     unlabelled = load_eval_data(resolve(synthetic_raw))
     assert unlabelled.labelled_x is None
+
+
+def test_the_knn_takes_the_scenario_s_temperature(synthetic_raw):
+    import torch
+
+    from simulator.evaluation.metrics import extract_features, knn_top1
+    from simulator.evaluation.monitor import evaluate_network, load_eval_data
+    from simulator.scenario import resolve
+    torch.manual_seed(0)
+    network = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))})
+    knn = {}
+    for temperature in (0.1, 10.0):
+        scenario = resolve({**synthetic_raw, "eval": {**synthetic_raw["eval"], "knn_temperature": temperature}})
+        data = load_eval_data(scenario)
+        train_f, test_f = (extract_features(network["encoder"], x) for x in (data.train_x, data.test_x))
+        knn[temperature] = evaluate_network(network, data, scenario)["knn_top1"]
+        assert knn[temperature] == knn_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
+                                            k=scenario["eval"]["knn_k"], temperature=temperature)
+    assert knn[0.1] != knn[10.0]
 
 
 def test_a_projector_adds_a_knn_on_its_output_of_the_backbone_features(synthetic_raw):
