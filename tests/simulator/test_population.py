@@ -136,3 +136,31 @@ def test_speed_tiers_are_validated():
         resolve({"population": {"speed_tiers": [{"fraction": 1.0}]}})
     with pytest.raises(ScenarioError, match="population.speed_tiers.samples_per_second: expected a positive number"):
         resolve({"population": {"speed_tiers": [{"fraction": 1.0, "samples_per_second": 0}]}})
+
+
+def test_speed_tiers_fall_on_clients_drawn_by_the_seed_not_by_id():
+    tiers = [{"fraction": 0.5, "samples_per_second": 10.0}, {"fraction": 0.5, "samples_per_second": 1000.0}]
+    slow = {seed: set(np.flatnonzero(population(seed=seed, speed_tiers=tiers).speed == 10.0)) for seed in (0, 1)}
+    assert len(slow[0]) == len(slow[1]) == 100
+    assert slow[0] != set(range(100)) and slow[0] != slow[1]
+    assert 30 < len(slow[0] & set(range(100))) < 70  # not the low ids
+
+
+def test_a_client_s_compute_time_grows_with_its_local_epochs():
+    """Same draws, twice the epochs: every time doubles, so the round closes twice as late."""
+    config = {**DEFAULTS["population"], "num_clients": 50, "clients_per_round": 10}
+    one, two = (Population(config, epochs, (100,) * 50, 0).plan(4) for epochs in (1, 2))
+    assert one.sampled == two.sampled and one.completed == two.completed
+    assert two.simulated_seconds == pytest.approx(2 * one.simulated_seconds, rel=1e-12)
+
+
+def test_dropped_late_and_reporting_clients_split_the_cohort():
+    """With dropout and a deadline together, a dropped client is only dropped (never also late):
+    dropped, late and reporting are disjoint and make up the sampled cohort."""
+    tiers = [{"fraction": 0.5, "samples_per_second": 10.0}, {"fraction": 0.5, "samples_per_second": 1000.0}]
+    pop = population(dropout=0.5, speed_tiers=tiers, deadline_seconds=1.0)
+    for round_index in range(1, 21):
+        plan = pop.plan(round_index)
+        parts = [set(plan.dropped), set(plan.late), set(plan.completed)]
+        assert all(parts) and sum(map(len, parts)) == len(set().union(*parts))
+        assert set().union(*parts) == set(plan.sampled)
