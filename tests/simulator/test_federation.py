@@ -1,6 +1,7 @@
 """The round without Ray: shares and the worker-count invariance of the reduction (cohort sampling:
 ``test_population.py``)."""
 import numpy as np
+import pytest
 import torch
 
 from methods import build_method
@@ -65,3 +66,24 @@ def test_a_rounds_passes_add_up_their_traffic_and_keep_the_last_values():
     merged = add_phase_metrics(add_phase_metrics({}, share), {**train, "bytes_down/weights": 0.0})
     assert merged == {"bytes_up/correlation": 8.0, "bytes_down/weights": 100.0, "bytes_up/weights": 50.0,
                       "bytes_down/correlation": 8.0, "clients/completed": 2.0, "train/loss": 0.5}
+
+
+def test_round_metrics_mean_the_clients_and_count_every_epoch_s_samples(synthetic_raw):
+    """``train/<name>``: the mean over the reporting clients of their metric; ``train/samples``: the
+    samples trained on, each local epoch counted (here 2 epochs over clients of 16, 8 and 4 images)."""
+    scenario = resolve({**synthetic_raw, "training": {**synthetic_raw["training"], "local_epochs": 2}})
+    data = make_synthetic(train_per_class=4, test_per_class=2, seed=0)
+    clients = [(data.train_x[:16], data.train_y[:16]), (data.train_x[16:24], data.train_y[16:24]),
+               (data.train_x[24:28], data.train_y[24:28])]
+    spec = DataSpec(1, 28, 10, tuple(len(y) for _, y in clients))
+    method = build_method(scenario, spec)
+    ctx = RoundContext(1, 2, (0, 1, 2), scenario["seed"], freeze(scenario))
+    server = Server(method)
+    broadcast, extras, _ = server.payload(ctx, [[0, 1, 2]])
+    result = simulate_clients(method, method.make_workspace(torch.device("cpu")), lambda c: clients[c], broadcast,
+                              extras[0], [0, 1, 2], ctx)
+    losses = [result.metrics[c]["loss"] for c in (0, 1, 2)]
+    assert len(set(losses)) == 3  # a mean and a median differ
+    metrics = server.aggregate(ctx, [result])
+    assert metrics["train/loss"] == pytest.approx(sum(losses) / 3, rel=1e-12)
+    assert metrics["train/samples"] == 2 * (16 + 8 + 4)

@@ -75,3 +75,16 @@ def test_an_upload_is_left_as_it_was():
     stats = Stats.from_tensors(upload, weight=3)
     assert all(torch.equal(upload[name], kept[name]) for name in upload)
     assert torch.equal(stats.sums["rows"], torch.tensor([0.75, -4.5], dtype=torch.float64).mul(2**32).long())
+
+
+def test_the_limits_are_those_documented_to_the_last_half_unit():
+    """A client's |value| x weight must stay below 2**20 (2**52 in fixed point): 1.5e6 is refused,
+    1e6 is not. A client's bound counts its rounding: 2048 clients each at 2**52 - 0.5 in fixed point
+    round to 2**52 each, exactly 2**63 together, one past int64: refused, not wrapped around."""
+    Stats.from_tensors({"x": torch.tensor([1e6])}, weight=1)
+    with pytest.raises(OverflowError, match="too large"):
+        Stats.from_tensors({"x": torch.tensor([1.5e6])}, weight=1)
+    edge = Stats.from_tensors({"x": torch.tensor([2.0**20 - 2.0**-33], dtype=torch.float64)}, weight=1)
+    assert edge.sums["x"].item() == 2**52
+    with pytest.raises(OverflowError, match="too large to sum exactly"):
+        sum_stats([edge] * 2048)
