@@ -223,6 +223,18 @@ def test_equivalence_inside_and_outside_the_margin(tmp_path, synthetic_raw, caps
     assert "→ **not reproduced** (the interval reaches beyond ±1" in capsys.readouterr().out
 
 
+def test_an_arm_whose_gain_interval_reaches_zero_is_not_shown_to_learn_whatever_its_mean(tmp_path, synthetic_raw,
+                                                                                         capsys):
+    # round 0 probe 0.50: c gains +5, -3, +1 (mean +1, [-8.94, +10.94]); a gains +12, +13, +14
+    finals = {"a": [0.62, 0.63, 0.64], "c": [0.55, 0.47, 0.51]}
+    assert main(["claim", str(fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "c",
+                                                                    "direction": "greater"}], finals))]) == 0
+    rows = {line.split(" | ")[0]: line for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("| a | decides | `", "| c | decides | `"))}  # the arms' table
+    assert rows["| a"].endswith("+13.00 [+10.52, +15.48] (ahead on 3/3) |")
+    assert rows["| c"].endswith("+1.00 [-8.94, +10.94] (ahead on 2/3) **not shown to learn** |")
+
+
 def test_secondary_arms_and_comparisons_are_printed_and_decide_nothing(tmp_path, synthetic_raw, capsys):
     finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60], "c": [0.50, 0.40, 0.30]}
     suite_file = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)

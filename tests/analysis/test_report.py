@@ -229,6 +229,9 @@ def test_learning_table_gives_each_runs_gain_over_its_round_0_and_whether_it_cle
     assert "| a | 0 | +3.00 | +10.00 | clears the margins |" in table
     assert "| a | 1 | +1.50 | +10.00 | **below the margin** on knn_top1 (+1.50 < +2) |" in table
     assert "| b | 0 | -1.00 | +10.00 | **not above its round-0 network** on knn_top1 (-1.00) |" in table
+    level = read_run(fake_run(tmp_path, "level", 0, 0.50))  # a final level with its round 0 has not learned
+    assert "| level | 0 | +0.00 | +10.00 | **not above its round-0 network** on knn_top1 (+0.00) |" in \
+        learning_table([level], LEARNING_MARGINS)
     assert "1 of 3 runs clear the learning margins (linear_top1 ≥ +4, knn_top1 ≥ +2 points over round 0)" in table
     # a gain of exactly the margin clears it, though 100 * (0.0203 - 0.0003) < 2 in floating point
     exact = {"initial": {"knn_top1": 0.0003, "linear_top1": 0.5006}, "final": {"knn_top1": 0.0203, "linear_top1": 0.5406}}
