@@ -115,9 +115,11 @@ def repeat_check(path: str, overrides: list[str], device: torch.device) -> dict[
             logged.append(logged_values(run_dir))
             rates.append(summary["steady_samples_per_second"])
     first, second = logged
-    differing = diff_runs(first, second).differing
+    compared = diff_runs(first, second)
+    differing = compared.differing
     result = {"scenario": path, "images_per_second": rates[0], "values": len(first),
-              "values_differing": len(differing), "first_differing": list(differing[0][0]) if differing else None,
+              "values_differing": len(differing), "values_missing": len(compared.missing),
+              "first_differing": list(differing[0][0]) if differing else None,
               "max_abs_difference": max((abs(a - b) for _, a, b in differing), default=0.0),
               "second_images_per_second": rates[1], "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
               "nondeterministic_ops": sorted({op for w in caught if (op := nondeterministic_op(str(w.message)))})}
@@ -144,10 +146,12 @@ def engines_agree(overrides: list[str], device: torch.device) -> list[dict[str, 
                                             str(Path(out) / f"run{i}"), progress=False)
             logged = logged_values(run_dir)
             first = first if first is not None else logged
-            differing = diff_runs(first, logged).differing
+            compared = diff_runs(first, logged)
+            differing = compared.differing
             rows.append({"run": label, "numerics": summary["numerics"],
                          "images_per_second": summary["steady_samples_per_second"], "values": len(logged),
                          "values_differing_from_first": len(differing),
+                         "values_missing_from_first_or_this": len(compared.missing),
                          "first_differing": list(differing[0][0]) if differing else None})
             print(rows[-1], flush=True)
     return rows

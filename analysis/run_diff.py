@@ -4,7 +4,9 @@ Every value of both runs' ``metrics.parquet`` is matched by (round, name). The n
 and ``memory/`` are left out: they belong to the machine and the moment, not to the computation. A
 run that stopped early is compared as far as both got (up to the smaller of the two last rounds). Names
 that only one run logged (a metric added by later code, e.g. the raw-pixel reference) are listed and
-not counted as differences; a NaN that both runs logged is a value reproduced. The text gives how many
+not counted as differences; a value of a name both runs log, at a round one of them lacks (an
+evaluation one run made and the other did not), is counted as missing, and B then does not reproduce
+A; a NaN that both runs logged is a value reproduced. The text gives how many
 values were compared and how many differ, the largest difference and the first (round, name) that
 differs, and for each run its round-0 and last backbone kNN and linear probe, its code and its numerics
 (``summary.json``, where the run finished).
@@ -40,10 +42,11 @@ class RunDiff:
     differing: tuple[tuple[tuple[int, str], float, float], ...]  # ((round, name), value in A, value in B)
     only_a: tuple[str, ...]  # names logged by A alone (up to last_round)
     only_b: tuple[str, ...]
+    missing: tuple[tuple[tuple[int, str], str], ...] = ()  # ((round, name), the run lacking it) of shared names
 
     @property
     def reproduces(self) -> bool:
-        return self.compared > 0 and not self.differing
+        return self.compared > 0 and not self.differing and not self.missing
 
 
 def same(x: float, y: float) -> bool:
@@ -59,7 +62,11 @@ def diff_runs(a: dict[tuple[int, str], float], b: dict[tuple[int, str], float]) 
     common = sorted(set(a) & set(b))
     differing = tuple((key, a[key], b[key]) for key in common if not same(a[key], b[key]))
     names_a, names_b = {name for _, name in a}, {name for _, name in b}
-    return RunDiff(last, len(common), differing, tuple(sorted(names_a - names_b)), tuple(sorted(names_b - names_a)))
+    shared = names_a & names_b
+    missing = tuple(sorted([(key, "B") for key in set(a) - set(b) if key[1] in shared]
+                           + [(key, "A") for key in set(b) - set(a) if key[1] in shared]))
+    return RunDiff(last, len(common), differing, tuple(sorted(names_a - names_b)), tuple(sorted(names_b - names_a)),
+                   missing)
 
 
 def headline(values: dict[tuple[int, str], float]) -> str:
@@ -84,7 +91,8 @@ def provenance(run_dir: Path) -> str:
 
 
 def diff_text(run_a: Path, run_b: Path) -> tuple[str, bool]:
-    """The comparison as text, and whether B reproduces A (every common value equal, at least one)."""
+    """The comparison as text, and whether B reproduces A (every common value equal, at least one,
+    none missing)."""
     a, b = logged_values(run_a), logged_values(run_b)
     result = diff_runs(a, b)
     lines = [f"A: {run_a}: {headline(a)}; {provenance(run_a)}",
@@ -99,6 +107,10 @@ def diff_text(run_a: Path, run_b: Path) -> tuple[str, bool]:
     for label, names in (("A", result.only_a), ("B", result.only_b)):
         if names:
             lines.append(f"logged by {label} alone (not compared): {', '.join(names)}")
+    if result.missing:
+        ((round_index, name), lacking), = result.missing[:1]
+        lines.append(f"{len(result.missing)} values of names both runs log are missing from one run; first: round "
+                     f"{round_index} {name}, missing from {lacking}")
     verdict = ("B reproduces A bitwise" if result.reproduces else
                "nothing to compare: the runs share no logged value" if not result.compared else
                "B does not reproduce A")

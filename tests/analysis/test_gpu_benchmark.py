@@ -21,7 +21,7 @@ TINY = ["executor=in_process", "eval.enabled=false", "dataset.name=synthetic", "
 
 def test_the_repeat_check_finds_two_cpu_runs_equal():
     result = repeat_check("scenarios/quickstart.yaml", TINY, torch.device("cpu"))
-    assert result["values"] > 0 and result["values_differing"] == 0, result
+    assert result["values"] > 0 and result["values_differing"] == 0 and result["values_missing"] == 0, result
     assert result["first_differing"] is None and result["max_abs_difference"] == 0.0
 
 

@@ -62,6 +62,19 @@ def test_a_stopped_run_is_compared_as_far_as_it_got_and_new_names_are_listed_apa
     assert "logged by A alone (not compared): eval/knn_top1" in capsys.readouterr().out
 
 
+def test_a_run_missing_values_of_a_name_both_log_does_not_reproduce(runs, tmp_path, capsys):
+    """B lacks the round-1 evaluation A made (both log eval/ names): not bitwise the same run."""
+    thinned = copy_with_rows(runs["again"], tmp_path / "thinned",
+                             lambda row: not (row["round"] == 1 and row["name"].startswith("eval/")))
+    result = diff_runs(logged_values(runs["a"]), logged_values(thinned))
+    assert not result.differing and result.only_a == () and not result.reproduces
+    assert result.missing and all(lacking == "B" and key[0] == 1 for key, lacking in result.missing)
+    assert main(["diff", str(runs["a"]), str(thinned)]) == 1
+    out = capsys.readouterr().out
+    assert f"{len(result.missing)} values of names both runs log are missing from one run; first: round 1 eval/" in out
+    assert "B does not reproduce A" in out
+
+
 def test_a_nan_logged_by_both_runs_is_reproduced_and_against_a_number_it_differs(runs):
     a = logged_values(runs["a"])
     key = (2, "eval/linear_top1")
