@@ -165,6 +165,7 @@ def study(args) -> int:
     """``fedssl sweep`` and ``fedssl benchmark``."""
 
     from simulator.data.datasets import DatasetUnavailable
+    from simulator.federation import RunFailure
     from simulator.run import RunStopped, ray_connection_of_the_command, stop_signals
     try:
         if args.command == "sweep":
@@ -176,10 +177,17 @@ def study(args) -> int:
         else:
             from analysis.benchmark import format_results, run_benchmark
             scenario = load_scenario(args.scenario, args.overrides)
+            if scenario["training"]["rounds"] < 2:
+                raise ScenarioError(args.scenario, "training.rounds", "expected at least 2 for a benchmark (its "
+                                    f"speeds are read from round 2 on), got {scenario['training']['rounds']}")
             check_before_running(scenario, args.scenario)
             print(format_results(run_benchmark(scenario)), end="")
     except (RunStopped, KeyboardInterrupt) as err:
         return stopped(err, "the sweep's later runs were not started")
+    except (RunFailure, FloatingPointError) as err:  # a run's failure; the benchmark's plain loop raises the latter
+        then = "the sweep's later runs were not started" if args.command == "sweep" else "the benchmark stopped"
+        print(f"\nfedssl: error: {err}; {then}", file=sys.stderr)
+        return 1
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

@@ -151,6 +151,24 @@ def test_worker_actors_a_run_s_own_ray_instance_cannot_place_are_one_line_before
     assert main(["validate", str(fits)]) == 0
 
 
+def test_a_failed_run_in_a_sweep_is_one_line_and_a_one_round_benchmark_is_refused(synthetic_raw, tmp_path, capsys,
+                                                                                    monkeypatch):
+    from simulator.federation import WorkerFailure
+
+    def failing_sweep(*args, **kwargs):
+        raise WorkerFailure("round 2, client 7, fedavg: non-finite loss (nan)")
+
+    monkeypatch.setattr("analysis.sweep.run_sweep", failing_sweep)
+    scenario = write(tmp_path, synthetic_raw)
+    assert main(["sweep", str(scenario), "--over", "training.lr=0.05,50", "--out", str(tmp_path / "sweep")]) == 1
+    err = capsys.readouterr().err
+    assert err == ("\nfedssl: error: round 2, client 7, fedavg: non-finite loss (nan); the sweep's later runs were "
+                   "not started\n")
+    assert main(["benchmark", str(scenario), "--set", "training.rounds=1"]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {scenario}: training.rounds: expected at least 2 for a "
+                                       f"benchmark (its speeds are read from round 2 on), got 1\n")
+
+
 def test_the_fedssl_command_keeps_the_exit_code_and_the_output_of_main(synthetic_raw, tmp_path):
     """``fedssl`` (``simulator.cli:command``) ends the process without the interpreter's teardown:
     its exit code and every printed line are main's, whether the run succeeds or the input is bad."""
