@@ -18,7 +18,8 @@ if [ ! -f "$FMNIST" ]; then
 fi
 
 PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# a venv whose creation failed half-way (no pip: ensurepip missing) is made again
+[ -x .venv/bin/pip ] || { rm -rf .venv; "$PYTHON" -m venv .venv; }
 stamp=.venv/.fedssl-installed
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

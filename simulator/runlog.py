@@ -102,15 +102,20 @@ def check_out(out: str | Path, option: str = "--out") -> None:
 
 def new_run_dir(out: str | None, scenario: dict) -> Path:
     """``out`` if given (it must not hold files), else ``<output.dir>/<name>-<timestamp>``."""
-    if out is None:
+    if out is None:  # the first free name, taken by mkdir itself: two runs started at once get two
         base = Path(scenario["output"]["dir"]) / f"{scenario['name']}-{datetime.now():%Y%m%d-%H%M%S}"
+        base.parent.mkdir(parents=True, exist_ok=True)
         run_dir, n = base, 1
-        while run_dir.exists():
-            run_dir, n = base.with_name(f"{base.name}-{n}"), n + 1
+        while True:
+            try:
+                run_dir.mkdir()
+                break
+            except FileExistsError:
+                run_dir, n = base.with_name(f"{base.name}-{n}"), n + 1
     else:
         check_out(out)
         run_dir = Path(out)
-    run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(run_dir / "scenario.yaml",
                  lambda p: p.write_text(yaml.safe_dump(scenario, sort_keys=False)))
     return run_dir
