@@ -13,12 +13,11 @@ from pathlib import Path
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data, raw_pixels, summarize_evaluations
 from analysis.report import group_means
 from methods import build_method
-from simulator.client_store import loads
 from simulator.federation import Server
 from simulator.resources import threads
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec
-from simulator.runlog import check_run_dir, latest_checkpoint, read_checkpoint
+from simulator.runlog import check_run_dir, latest_checkpoint, read_checkpoint, read_client_state
 from simulator.scenario import load_scenario
 
 
@@ -44,8 +43,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     server = Server(build_method(scenario, data_spec(prepare_partition(scenario), scenario)))
 
     def load_client_state(cid: int):
-        path = checkpoint / "client_state" / f"client_{cid:06d}.pt"
-        return loads(path.read_bytes()) if path.exists() else None
+        return read_client_state(checkpoint, cid)
 
     with threads(1):  # as the run's evaluator, so that unchanged settings give its numbers
         data = load_eval_data(scenario)

@@ -185,16 +185,29 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     atomic_write(run_dir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
 
 
+def load_written(path: Path, what: str) -> Any:
+    """``torch.load`` of a file ``fedssl run`` wrote (``what`` it is); ``ScenarioError`` naming the file
+    where it cannot be read as one (``OSError`` where it cannot be read at all)."""
+    from simulator.scenario import ScenarioError
+    try:
+        return torch.load(path, weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        raise ScenarioError(str(path), "-", f"cannot be read ({err}); expected {what} written by fedssl run") from None
+
+
+def read_client_state(checkpoint: Path, client_id: int) -> Any:
+    """Client ``client_id``'s state in ``checkpoint`` (None where it has none), read as
+    :func:`load_written` reads."""
+    path = checkpoint / "client_state" / f"client_{client_id:06d}.pt"
+    return load_written(path, "a client state") if path.exists() else None
+
+
 def read_checkpoint(checkpoint: Path) -> dict[str, Any]:
-    """The driver's payload in ``checkpoint/state.pt`` (:func:`write_checkpoint`); ``ScenarioError``
-    naming the file where it cannot be read as one (``OSError`` where it cannot be read at all)."""
+    """The driver's payload in ``checkpoint/state.pt`` (:func:`write_checkpoint`), read as
+    :func:`load_written` reads."""
     from simulator.scenario import ScenarioError
     path = checkpoint / "state.pt"
-    try:
-        payload = torch.load(path, weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
-        raise ScenarioError(str(path), "-", f"cannot be read ({err}); expected a checkpoint written by "
-                                            f"fedssl run") from None
+    payload = load_written(path, "a checkpoint")
     if not isinstance(payload, dict) or not {"round", "state"} <= set(payload):
         raise ScenarioError(str(path), "-", "expected a checkpoint written by fedssl run (round and state)")
     return payload

@@ -44,7 +44,7 @@ def test_unchanged_settings_give_the_runs_own_numbers_and_write_nothing(tiny_run
     assert listing(run_dir) == before
 
 
-def test_per_client_encoders_come_from_the_checkpointed_client_states(ray_session, synthetic_raw, tmp_path):
+def test_per_client_encoders_come_from_the_checkpointed_client_states(ray_session, synthetic_raw, tmp_path, capsys):
     raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
            "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8},
            "eval": {"every": 2, "probe_iterations": 5, "knn_k": 20, "test_subset": 100}}
@@ -53,6 +53,15 @@ def test_per_client_encoders_come_from_the_checkpointed_client_states(ray_sessio
     assert again["groups"] == logged["groups"] and set(again["groups"]) == {"small_cnn"}
     assert again["final"]["knn_top1"] == logged["final"]["knn_top1"]
     assert again["initial"]["knn_top1"] == logged["initial"]["knn_top1"]
+    # a damaged client state of the checkpoint evaluated: one line naming it, exit 2
+    newest = sorted((run_dir / "checkpoints").glob("round_*"))[-1]
+    damaged = sorted((newest / "client_state").glob("client_*.pt"))[0]
+    damaged.unlink()  # a hard link into the run's store: replaced, not written through
+    damaged.write_bytes(b"PK\x03\x04 truncated")
+    assert main(["evaluate", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {damaged}: -: cannot be read (") and err.count("\n") == 1, err
+    assert err.endswith("; expected a client state written by fedssl run\n"), err
 
 
 def test_a_changed_protocol_is_applied(tiny_run, capsys, monkeypatch):
