@@ -18,6 +18,11 @@ if [ ! -f "$FMNIST" ]; then
 fi
 
 PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -m ensurepip --version >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "setup: installing python3-venv (the venv module needs ensurepip)" >&2
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
 # a venv whose creation failed half-way (no pip: ensurepip missing) is made again
 [ -x .venv/bin/pip ] || { rm -rf .venv; "$PYTHON" -m venv .venv; }
 stamp=.venv/.fedssl-installed
