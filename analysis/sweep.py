@@ -22,7 +22,7 @@ MEASURES = {
     "seconds_per_round": "wall time per round (s, steady state)",
     "samples_per_second": "throughput (samples/s, steady state)",
     "driver_peak_mb": "driver peak memory over the rounds (MiB)",
-    "workers_peak_mb": "workers peak memory, all together (MiB)",
+    "workers_peak_mb": "worker actors peak memory, all together (MiB; the driver's own slot is in the driver's)",
     "bytes_per_round": "bytes per round (up + down)",
     "final_knn_top1": "final kNN top-1",
     "final_linear_top1": "final linear-probe top-1",
