@@ -100,6 +100,11 @@ def own_instance_room(scenario: dict) -> str | None:
             f"own slot holds none); fewer workers or {short} a worker, or a cluster's ray.address")
 
 
+def seconds_until(deadline: float) -> float | None:
+    """``ray.get``'s timeout for a share due at ``deadline`` (``time.monotonic()``; inf: none)."""
+    return None if deadline == math.inf else max(0.0, deadline - time.monotonic())
+
+
 def ray_connected() -> bool:
     """Whether the process is connected to Ray (:class:`simulator.run.ray_connection_of_the_command`)."""
     return ray.is_initialized()
@@ -783,11 +788,10 @@ class RayFederation:
                       deadline: dict[int, float]) -> list[int]:
         """Waits for each submitted share's status; returns the shares whose worker died or hung (a
         hung worker is killed)."""
-        timeout = self.scenario["ray"]["share_timeout_seconds"]
         failed = []
         for i, (status, _) in submitted.items():
             try:
-                ray.get(status, timeout=None if timeout is None else max(0.0, deadline[i] - time.monotonic()))
+                ray.get(status, timeout=seconds_until(deadline[i]))
             except ray.exceptions.GetTimeoutError:  # a hung worker (stopped, deadlocked): killed, replaced
                 ray.kill(self.slots[worker_of[i]], no_restart=True)
                 failed.append(i)
@@ -809,7 +813,7 @@ class RayFederation:
         running could stage its clients' states after the rewind, into the rounds played again."""
         for i, (status, _) in submitted.items():
             try:
-                ray.get(status, timeout=max(0.0, deadline[i] - time.monotonic()) if deadline[i] < math.inf else None)
+                ray.get(status, timeout=seconds_until(deadline[i]))
             except ray.exceptions.GetTimeoutError:
                 ray.kill(self.slots[worker_of[i]], no_restart=True)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):

@@ -23,9 +23,23 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def source_files(root: Path = REPO) -> dict[str, Path]:
+    """Every module of the three packages under ``root``, by dotted name."""
+    return {module_name(p, root): p for package in PACKAGES for p in sorted((root / package).rglob("*.py"))}
+
+
+def fake_tree(root: Path, files: dict[str, str]) -> Path:
+    """The three packages under ``root``, holding ``files`` (relative path -> source)."""
+    for package in PACKAGES:
+        (root / package).mkdir()
+    for name, source in files.items():
+        (root / name).write_text(source)
+    return root
+
+
 def import_graph(root: Path = REPO) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """(module -> the tree's modules it imports, module -> the top-level packages it imports)."""
-    files = {module_name(p, root): p for package in PACKAGES for p in (root / package).rglob("*.py")}
+    files = source_files(root)
     edges, externals = {}, {}
     for name, path in files.items():
         targets, tops = set(), set()
@@ -80,13 +94,9 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_graph_is_read_with_lazy_and_relative_imports(tmp_path):
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-    (tmp_path / "simulator" / "__init__.py").write_text("")
-    (tmp_path / "simulator" / "a.py").write_text("def f():\n    from simulator.b import g\n")
-    (tmp_path / "simulator" / "b.py").write_text("from . import a\nimport ray\n")
-    (tmp_path / "methods" / "c.py").write_text("from simulator import a\n")
-    edges, externals = import_graph(tmp_path)
+    edges, externals = import_graph(fake_tree(tmp_path, {
+        "simulator/__init__.py": "", "simulator/a.py": "def f():\n    from simulator.b import g\n",
+        "simulator/b.py": "from . import a\nimport ray\n", "methods/c.py": "from simulator import a\n"}))
     assert edges == {"simulator": set(), "simulator.a": {"simulator.b"}, "simulator.b": {"simulator", "simulator.a"},
                      "methods.c": {"simulator", "simulator.a"}}
     assert circles(edges) == [["simulator.a", "simulator.b"]]
@@ -122,20 +132,17 @@ def test_methods_import_only_the_simulator_s_building_blocks():
 def dynamic_imports(root: Path = REPO) -> list[str]:
     """``file:line`` of every call of ``importlib.import_module``, ``import_module`` or ``__import__``."""
     found = []
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Call):
-                    called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-                    if called in ("import_module", "__import__"):
-                        found.append(f"{path.relative_to(root)}:{node.lineno}")
+    for path in source_files(root).values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if called in ("import_module", "__import__"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
     return found
 
 
 def test_nothing_is_imported_by_name_at_run_time(tmp_path):
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-    (tmp_path / "methods" / "m.py").write_text("import importlib\n\ndef f():\n    return importlib.import_module('ray')\n")
-    (tmp_path / "analysis" / "a.py").write_text("x = __import__('simulator.engine')\n")
-    assert dynamic_imports(tmp_path) == ["methods/m.py:4", "analysis/a.py:1"]
+    fake_tree(tmp_path, {"methods/m.py": "import importlib\n\ndef f():\n    return importlib.import_module('ray')\n",
+                         "analysis/a.py": "x = __import__('simulator.engine')\n"})
+    assert sorted(dynamic_imports(tmp_path)) == ["analysis/a.py:1", "methods/m.py:4"]
     assert dynamic_imports() == []
