@@ -50,6 +50,7 @@ from simulator.augment import AugmentConfig, BatchAugment, to_float
 from simulator.data.datasets import load_dataset
 from simulator.models import build_encoder, mlp
 from simulator.resources import cuda_determinism, nondeterministic_op
+from simulator.runlog import atomic_write
 from simulator.scenario import load_scenario
 
 # (label, shipped scenario, its own overrides); ResNet-18 on synthetic_cifar10 is set for all below
@@ -282,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     def measured(part: str, value: Any) -> None:
         report[part] = value
         print({part: value}, flush=True)
-        Path(args.out).write_text(json.dumps(report, indent=1))
+        # whole after every part: a run killed (or timed out) on the device keeps what it measured
+        atomic_write(Path(args.out), lambda path: path.write_text(json.dumps(report, indent=1)))
 
     if "repeat" in args.parts:
         # the quickstart's shape with a ResNet-18 on CIFAR-10-shaped data, 3 rounds, switches off and on

@@ -19,6 +19,7 @@ from torch import nn
 from methods.params import Params
 from simulator.augment import AugmentConfig
 from simulator.context import RoundContext
+from simulator.records import RecordError, check_records
 from simulator.stats import Stats
 
 
@@ -160,7 +161,13 @@ class Method:
 
     @classmethod
     def check_params(cls, config: Mapping[str, Any], scenario: Mapping[str, Any]) -> None:
-        """Raise :class:`ParamError` for the first rule the ``method:`` section ``config`` breaks."""
+        """Raise :class:`ParamError` for the first malformed record list, then for the first rule the
+        ``method:`` section ``config`` breaks."""
+        for key, (_, fields, distinct) in cls.Params.record_lists().items():
+            try:
+                check_records(config.get(key, ()), fields, distinct=distinct)
+            except RecordError as err:
+                raise ParamError(key + err.where, err.message) from None
         for key, ok, expected in cls.param_rules(cls.Params.from_config(config), scenario):
             if not ok:
                 raise ParamError(key, f"expected {expected}, got {config[key]!r}")

@@ -76,38 +76,20 @@ from methods.local_training import Workspace, copy_into
 from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, linear_kernel
 from methods.networks import build_networks, make_workspace
 from methods.objective_step import train_objective
-from methods.params import Params
+from methods.params import Params, records
 from methods.objectives import Objective, build_objective, project
 from methods.weight_averaging import flat_state
 from simulator.augment import BatchAugment, to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.evaluation.metrics import extract_features
 from simulator.models import ENCODERS
+from simulator.records import POSITIVE_NUMBER, one_of
 from simulator.stats import Stats
 
 @dataclass(frozen=True)
 class Tier:
     encoder: str
     fraction: float
-
-
-def parse_tiers(tiers: list, default_encoder: str) -> tuple[Tier, ...]:
-    """``method.tiers`` checked: encoders known and distinct, positive fractions summing to 1."""
-    if not tiers:
-        return (Tier(default_encoder, 1.0),)
-    expected = "expected a list of {fraction: number > 0, encoder: one of " + ", ".join(ENCODERS) + "}"
-    parsed = []
-    for tier in tiers:
-        if (not isinstance(tier, dict) or set(tier) != {"fraction", "encoder"} or tier["encoder"] not in ENCODERS
-                or isinstance(tier["fraction"], bool) or not isinstance(tier["fraction"], (int, float))
-                or not tier["fraction"] > 0):
-            raise ParamError("tiers", f"{expected}, got {tier!r}")
-        parsed.append(Tier(tier["encoder"], float(tier["fraction"])))
-    if len({t.encoder for t in parsed}) != len(parsed):
-        raise ParamError("tiers", f"expected distinct encoders, got {[t.encoder for t in parsed]}")
-    if not math.isclose(sum(t.fraction for t in parsed), 1.0, abs_tol=1e-6):
-        raise ParamError("tiers", f"expected fractions summing to 1, got {[t.fraction for t in parsed]}")
-    return tuple(parsed)
 
 
 def assign_tiers(num_clients: int, fractions: list[float], seed: int) -> np.ndarray:
@@ -194,7 +176,8 @@ class HeteroSSFLParams(Params):
     rad_batch_size: int = 128
     kernel_weights: str = "uniform"
     rad_term: str = "cka"
-    tiers: tuple = ()  # of {fraction, encoder}
+    tiers: tuple[Tier, ...] = records(Tier, {"fraction": POSITIVE_NUMBER, "encoder": one_of(ENCODERS)},
+                                      distinct="encoder")
     eval_clients_per_tier: int = 2
 
 
@@ -206,7 +189,7 @@ class HeteroSSFL(Method):
     def __init__(self, scenario, spec):
         super().__init__(scenario, spec)
         self.objective: Objective = build_objective(self.config, scenario, spec.num_classes)
-        self.tiers = parse_tiers(self.config.tiers, scenario["model"]["encoder"])
+        self.tiers = self.config.tiers or (Tier(scenario["model"]["encoder"], 1.0),)
         self.client_tier = assign_tiers(len(spec.client_sizes), [t.fraction for t in self.tiers], scenario["seed"])
 
     def client_pool(self, client_id: int) -> str:
@@ -228,6 +211,8 @@ class HeteroSSFL(Method):
              "cka (Hetero-SSFL's alignment) or ssl (the control: SSL loss on the same RAD batches)"),
             ("eval_clients_per_tier", c.eval_clients_per_tier >= 1, "a positive integer"),
             ("rad_term", not (c.rad_term == "ssl" and not c.mu > 0), "cka with mu = 0 (mu weights the RAD term)"),
+            ("tiers", not c.tiers or math.isclose(sum(t.fraction for t in c.tiers), 1.0, abs_tol=1e-6),
+             "fractions summing to 1 (empty: every client has model.encoder)"),
         ]
 
     @classmethod
@@ -241,11 +226,6 @@ class HeteroSSFL(Method):
     def rad_too_big(available: int, rad_size: int) -> ParamError:
         return ParamError("rad_size", f"expected at most {available} (test images outside eval.test_subset), "
                                       f"got {rad_size}")
-
-    @classmethod
-    def check_params(cls, config, scenario):
-        super().check_params(config, scenario)
-        parse_tiers(config["tiers"], scenario["model"]["encoder"])
 
     # ---- networks ----------------------------------------------------------------------------
     def client_networks(self, tier: int, client_id: int) -> tuple[nn.ModuleDict, nn.ModuleDict | None]:

@@ -4,14 +4,16 @@ A method declares ``Params``, a frozen dataclass of its ``method:`` keys with th
 (composed from the parts it uses: the server optimiser's, each extension's); the scenario validator
 accepts exactly those keys, each of its default's type (:meth:`Params.defaults`), and the method's
 ``param_rules`` check the values, one way for every method (``Method.check_params``). Lists in a
-scenario become tuples (a list of records, Hetero-SSFL's ``tiers``, is checked and turned into frozen
-records by its method, which overrides ``check_params`` for it).
+scenario become tuples; a list of records (Hetero-SSFL's ``tiers``), declared with :func:`records`, is
+checked by :func:`simulator.records.check_records` and becomes a tuple of frozen records.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from simulator.records import Field
 
 
 def _frozen(value: Any) -> Any:
@@ -20,6 +22,12 @@ def _frozen(value: Any) -> Any:
 
 def _thawed(value: Any) -> Any:
     return [_thawed(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def records(record_type: type, fields: Mapping[str, Field], *, distinct: str | None = None) -> Any:
+    """A parameter holding a list of records, empty by default: a scenario writes mappings of
+    ``fields`` (``distinct``: a field no two share), the parameters hold ``record_type(**mapping)``."""
+    return dataclasses.field(default=(), metadata={"records": (record_type, fields, distinct)})
 
 
 @dataclass(frozen=True)
@@ -36,9 +44,24 @@ class Params:
         return out
 
     @classmethod
+    def record_lists(cls) -> dict[str, tuple[type, Mapping[str, Field], str | None]]:
+        """Each list-of-records parameter (:func:`records`): (record type, fields, distinct field)."""
+        return {f.name: f.metadata["records"] for f in dataclasses.fields(cls) if "records" in f.metadata}
+
+    @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Params:
-        """The parameters of a resolved ``method:`` section (its ``name`` and unknown keys ignored)."""
-        return cls(**{f.name: _frozen(config[f.name]) for f in dataclasses.fields(cls) if f.name in config})
+        """The parameters of a resolved ``method:`` section (its ``name`` and unknown keys ignored;
+        its record lists already checked)."""
+        record_lists = cls.record_lists()
+        values = {}
+        for field in dataclasses.fields(cls):
+            if field.name not in config:
+                continue
+            if field.name in record_lists:
+                values[field.name] = tuple(record_lists[field.name][0](**item) for item in config[field.name])
+            else:
+                values[field.name] = _frozen(config[field.name])
+        return cls(**values)
 
 
 @dataclass(frozen=True)

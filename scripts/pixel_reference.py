@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.report import pixel_table, read_run  # noqa: E402
 from simulator.data.datasets import DatasetUnavailable  # noqa: E402
 from simulator.evaluation.monitor import evaluate_networks, load_eval_data, raw_pixels, summarize_evaluations  # noqa: E402
+from simulator.runlog import atomic_write  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pixel_reference: error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        args.json.write_text(json.dumps({run["dir"]: run["pixels"] for run in runs}, indent=1, sort_keys=True) + "\n")
+        pixels = json.dumps({run["dir"]: run["pixels"] for run in runs}, indent=1, sort_keys=True) + "\n"
+        atomic_write(args.json, lambda path: path.write_text(pixels))
     print(pixel_table(runs), end="")
     return 0
 

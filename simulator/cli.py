@@ -185,13 +185,23 @@ def study(args) -> int:
     except (RunStopped, KeyboardInterrupt) as err:
         return stopped(err, "the sweep's later runs were not started")
     except (RunFailure, FloatingPointError) as err:  # a run's failure; the benchmark's plain loop raises the latter
-        then = "the sweep's later runs were not started" if args.command == "sweep" else "the benchmark stopped"
-        print(f"\nfedssl: error: {err}; {then}", file=sys.stderr)
-        return 1
+        return failed(err, "the sweep's later runs were not started" if args.command == "sweep"
+                      else "the benchmark's later modes were not started")
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def failed(err: Exception, then: str | None = None) -> int:
+    """The one line of a command whose run failed (``then``: what the user can do next); exit code 1.
+    ``err``: a :class:`simulator.federation.RunFailure`, whose line names the run's last good
+    checkpoint, or the benchmark's plain loop's ``FloatingPointError``."""
+    stop = ""
+    if hasattr(err, "last_checkpoint"):
+        stop = f"; the run stopped, its last good checkpoint is {err.last_checkpoint or 'none (it failed before the first)'}"
+    print(f"\nfedssl: error: {err}{stop}{f'; {then}' if then else ''}", file=sys.stderr)
+    return 1
 
 
 def stopped(err: BaseException, then: str | None = None) -> int:
@@ -269,10 +279,7 @@ def claim(args) -> int:
         return stopped(err, "or run the claim again: it resumes that run and runs the rest" if resumable_run
                        else "run the claim again to go on")
     except RunFailure as err:
-        print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
-              f"{err.last_checkpoint or 'none (it failed before the first)'}; run the claim again to resume",
-              file=sys.stderr)
-        return 1
+        return failed(err, "run the claim again to resume it")
     return print_claim_table(suite, runs_dir)
 
 
@@ -383,11 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         except (RunStopped, KeyboardInterrupt) as err:
             return stopped(err)
         except RunFailure as err:
-            resume = (f"; resume it with: fedssl run --resume {err.run_dir}"
-                      if err.resumable and err.last_checkpoint else "")
-            print(f"\nfedssl: error: {err}; the run stopped, its last good checkpoint is "
-                  f"{err.last_checkpoint or 'none (it failed before the first)'}{resume}", file=sys.stderr)
-            return 1
+            return failed(err, f"resume it with: fedssl run --resume {err.run_dir}"
+                          if err.resumable and err.last_checkpoint else None)
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

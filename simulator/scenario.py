@@ -14,6 +14,9 @@ from typing import Any
 
 import yaml
 
+from simulator.records import (GPU_COUNT, NON_NEGATIVE_NUMBER, POSITIVE_INTEGER, POSITIVE_NUMBER, STRING, RecordError,
+                               check_records)
+
 DEFAULTS: dict[str, Any] = {
     "name": "unnamed",
     "seed": 0,
@@ -55,6 +58,14 @@ DEFAULTS: dict[str, Any] = {
     "output": {"dir": "runs", "checkpoint_every": 10},
 }
 
+# The lists of records (simulator.records): each one's fields, and check_records' options.
+RECORD_LISTS = {
+    "population.speed_tiers": ({"fraction": POSITIVE_NUMBER, "samples_per_second": POSITIVE_NUMBER},
+                               {"non_empty": True}),
+    # ray.worker_pools: empty, one pool of ray.num_workers workers with ray.worker's resources
+    "ray.worker_pools": ({"name": STRING, "count": POSITIVE_INTEGER, "num_cpus": NON_NEGATIVE_NUMBER,
+                          "num_gpus": GPU_COUNT}, {"distinct": "name"}),
+}
 # Keys whose default is null, and the type they take otherwise.
 NULLABLE = {"dataset.root": str, "dataset.train_subset": int, "eval.train_subset": int, "eval.test_subset": int,
             "eval.label_knn_k": int, "ray.address": str,
@@ -237,27 +248,23 @@ def check_type(key: str, value: Any, default: Any, source: str) -> Any:
         return int(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ScenarioError(source, key, f"expected {type_name(default, expected)}, got {value!r}")
-    if expected is list and default:
-        return check_list(key, value, default[0], source)
+    # a list with an empty default is a list of records: the scenario's own (RECORD_LISTS) checked
+    # here, a method's (Hetero-SSFL's tiers) by its Params
+    if expected is list and (default or key in RECORD_LISTS):
+        return check_list(key, value, source)
     return value
 
 
-def check_list(key: str, value: list, prototype: Any, source: str) -> list:
-    """Lists of numbers, or of mappings with the prototype's keys and numeric values."""
-    if not isinstance(prototype, dict):
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-            raise ScenarioError(source, key, f"expected a list of numbers, got {value!r}")
-        return value
-    fields = ", ".join(prototype)
-    if not value:
-        raise ScenarioError(source, key, f"expected a non-empty list of {{{fields}}}")
-    for item in value:
-        if not isinstance(item, dict) or set(item) != set(prototype):
-            raise ScenarioError(source, key, f"expected a list of {{{fields}}}, got {item!r}")
-        for name, field_default in prototype.items():
-            if isinstance(field_default, (int, float)) and (
-                    not isinstance(item[name], (int, float)) or isinstance(item[name], bool) or item[name] <= 0):
-                raise ScenarioError(source, f"{key}.{name}", f"expected a positive number, got {item[name]!r}")
+def check_list(key: str, value: list, source: str) -> list:
+    """A list of numbers, or of records if ``key`` is one of ``RECORD_LISTS``."""
+    if key in RECORD_LISTS:
+        fields, options = RECORD_LISTS[key]
+        try:
+            return list(check_records(value, fields, **options))
+        except RecordError as err:
+            raise ScenarioError(source, key + err.where, err.message) from None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise ScenarioError(source, key, f"expected a list of numbers, got {value!r}")
     return value
 
 
@@ -298,7 +305,6 @@ def check_values(scenario: dict, source: str) -> None:
                             f"expected at most population.num_clients ({population['num_clients']}), "
                             f"got {population['clients_per_round']}")
     check_gpus(scenario["ray"]["worker"]["num_gpus"], "ray.worker.num_gpus", source)
-    check_pools(scenario["ray"]["worker_pools"], source)
     fractions = scenario["eval"]["label_fractions"]
     if not all(0 < f <= 1 for f in fractions) or len(set(map(fraction_suffix, fractions))) < len(fractions):
         raise ScenarioError(source, "eval.label_fractions",
@@ -329,25 +335,5 @@ def check_trace(path: str, num_clients: int, source: str) -> None:
 
 
 def check_gpus(gpus: float, key: str, source: str) -> None:
-    if gpus > 1 and not float(gpus).is_integer():
-        raise ScenarioError(source, key, f"expected a fraction <= 1 or a whole number of GPUs, got {gpus!r}")
-
-
-def check_pools(pools: list, source: str) -> None:
-    """``ray.worker_pools``: [{name, count, num_cpus, num_gpus}] (empty: one pool of
-    ``ray.num_workers`` workers with ``ray.worker``'s resources)."""
-    expected = "expected a list of {name, count, num_cpus, num_gpus}"
-    names = set()
-    for i, pool in enumerate(pools):
-        key = f"ray.worker_pools[{i}]"
-        if not isinstance(pool, dict) or set(pool) != {"name", "count", "num_cpus", "num_gpus"}:
-            raise ScenarioError(source, key, f"{expected}, got {pool!r}")
-        if not isinstance(pool["name"], str) or pool["name"] in names:
-            raise ScenarioError(source, f"{key}.name", f"expected a distinct string, got {pool['name']!r}")
-        names.add(pool["name"])
-        if not isinstance(pool["count"], int) or isinstance(pool["count"], bool) or pool["count"] < 1:
-            raise ScenarioError(source, f"{key}.count", f"expected a positive integer, got {pool['count']!r}")
-        for field in ("num_cpus", "num_gpus"):
-            if not isinstance(pool[field], (int, float)) or isinstance(pool[field], bool) or pool[field] < 0:
-                raise ScenarioError(source, f"{key}.{field}", f"expected a non-negative number, got {pool[field]!r}")
-        check_gpus(pool["num_gpus"], f"{key}.num_gpus", source)
+    if not GPU_COUNT.accepts(gpus):
+        raise ScenarioError(source, key, f"expected {GPU_COUNT.expected}, got {gpus!r}")

@@ -14,7 +14,7 @@ RAY_USERS = {"simulator.engine"}
 # what a method's client and server steps are made of; the rest of simulator/ (the engine, the run,
 # the evaluation loop) sits above methods/ and imports them
 METHOD_BUILDING_BLOCKS = {"simulator", "simulator.context", "simulator.augment", "simulator.models",
-                          "simulator.stats", "simulator.data", "simulator.data.partition", "simulator.evaluation",
+                          "simulator.stats", "simulator.records", "simulator.data", "simulator.data.partition", "simulator.evaluation",
                           "simulator.evaluation.metrics"}
 
 

@@ -156,17 +156,38 @@ def test_a_failed_run_in_a_sweep_is_one_line_and_a_one_round_benchmark_is_refuse
     from simulator.federation import WorkerFailure
 
     def failing_sweep(*args, **kwargs):
-        raise WorkerFailure("round 2, client 7, fedavg: non-finite loss (nan)")
+        failure = WorkerFailure("round 2, client 7, fedavg: non-finite loss (nan)")
+        failure.last_checkpoint = "sweep/lr=50/checkpoints/round_00001"
+        raise failure
 
     monkeypatch.setattr("analysis.sweep.run_sweep", failing_sweep)
     scenario = write(tmp_path, synthetic_raw)
     assert main(["sweep", str(scenario), "--over", "training.lr=0.05,50", "--out", str(tmp_path / "sweep")]) == 1
     err = capsys.readouterr().err
-    assert err == ("\nfedssl: error: round 2, client 7, fedavg: non-finite loss (nan); the sweep's later runs were "
-                   "not started\n")
+    assert err == ("\nfedssl: error: round 2, client 7, fedavg: non-finite loss (nan); the run stopped, its last good "
+                   "checkpoint is sweep/lr=50/checkpoints/round_00001; the sweep's later runs were not started\n")
     assert main(["benchmark", str(scenario), "--set", "training.rounds=1"]) == 2
     assert capsys.readouterr().err == (f"fedssl: error: {scenario}: training.rounds: expected at least 2 for a "
                                        f"benchmark (its speeds are read from round 2 on), got 1\n")
+
+
+def test_a_failed_run_in_a_claim_is_one_line_naming_its_checkpoint(synthetic_raw, tmp_path, capsys, monkeypatch):
+    from simulator.federation import ServerFailure
+
+    def failing_runs(*args, **kwargs):
+        raise ServerFailure("the parameter server died 3 times in round 4")
+
+    monkeypatch.setattr("analysis.claims.run_missing", failing_runs)
+    scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({
+        "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
+        "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
+        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
+    assert main(["claim", str(suite)]) == 1
+    assert capsys.readouterr().err.endswith(
+        "\nfedssl: error: the parameter server died 3 times in round 4; the run stopped, its last good checkpoint is "
+        "none (it failed before the first); run the claim again to resume it\n")
 
 
 def test_the_fedssl_command_keeps_the_exit_code_and_the_output_of_main(synthetic_raw, tmp_path):

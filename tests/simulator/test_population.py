@@ -132,10 +132,16 @@ def test_a_bad_availability_trace_is_one_line_when_the_scenario_loads(tmp_path):
 
 
 def test_speed_tiers_are_validated():
-    with pytest.raises(ScenarioError, match="population.speed_tiers: expected a list of {fraction, samples_per_second}"):
-        resolve({"population": {"speed_tiers": [{"fraction": 1.0}]}})
-    with pytest.raises(ScenarioError, match="population.speed_tiers.samples_per_second: expected a positive number"):
-        resolve({"population": {"speed_tiers": [{"fraction": 1.0, "samples_per_second": 0}]}})
+    cases = [([{"fraction": 1.0}], "population.speed_tiers[0]: expected a mapping {fraction, samples_per_second}"),
+             ([{"fraction": 1.0, "samples_per_second": 9}, {"fraction": 1.0, "samples_per_second": 0}],
+              "population.speed_tiers[1].samples_per_second: expected a positive number, got 0"),
+             ([{"fraction": True, "samples_per_second": 9}], "population.speed_tiers[0].fraction: expected a positive"),
+             ([], "population.speed_tiers: expected a non-empty list of {fraction, samples_per_second}, got []"),
+             ([1.0], "population.speed_tiers[0]: expected a mapping")]
+    for tiers, message in cases:
+        with pytest.raises(ScenarioError) as err:
+            resolve({"population": {"speed_tiers": tiers}})
+        assert message in str(err.value), str(err.value)
 
 
 def test_speed_tiers_fall_on_clients_drawn_by_the_seed_not_by_id():

@@ -21,16 +21,3 @@ def test_bytes_per_round_are_of_the_training_rounds_and_the_totals_of_every_roun
     assert figures["steady_seconds_per_round"] == 2.0 and figures["steady_samples_per_second"] == 30.0
     assert figures["driver_rss_mb_max"] == 700.0
 
-
-def test_runs_started_in_the_same_second_get_run_directories_of_their_own(tmp_path, monkeypatch):
-    """The free name is taken by mkdir itself, not checked first: even when the check could not see
-    the other run's directory (exists() stubbed to see nothing), each run gets its own."""
-    from datetime import datetime
-    from pathlib import Path
-
-    from simulator import runlog
-    monkeypatch.setattr(runlog, "datetime", type("Frozen", (), {"now": staticmethod(lambda: datetime(2026, 1, 2, 3, 4, 5))}))
-    monkeypatch.setattr(Path, "exists", lambda self: False)
-    scenario = {"name": "same", "output": {"dir": str(tmp_path / "runs")}}
-    first, second = runlog.new_run_dir(None, scenario), runlog.new_run_dir(None, scenario)
-    assert first.name == "same-20260102-030405" and second.name == "same-20260102-030405-1"

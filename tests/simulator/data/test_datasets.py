@@ -1,47 +1,18 @@
-"""Dataset loading: file formats (on tiny files written here), search order, download, real Fashion-MNIST."""
+"""Dataset loading: search order and layouts, download, real Fashion-MNIST (the file formats on tiny
+files: test_formats.py)."""
 
-import gzip
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from scipy.io import savemat
 
 from simulator.data import datasets
 from simulator.data.datasets import DATASETS, DatasetUnavailable, ImageDataset, load_dataset
 from simulator.data.synthetic import make_synthetic
 
-FASHION_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-                 "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
-
-
-@pytest.fixture(autouse=True)
-def no_installed_data(tmp_path, monkeypatch):
-    """Point the system and cache locations at empty directories, so only files written by a test are found."""
-    monkeypatch.setattr(datasets, "SYSTEM_ROOT", tmp_path / "system")
-    monkeypatch.setattr(datasets, "CACHE_ROOT", tmp_path / "cache")
-
-
-def write_idx(path: Path, array: np.ndarray) -> None:
-    """Write a uint8 array in idx format, gzip-compressed if the path ends in .gz."""
-    header = bytes([0, 0, 0x08, array.ndim]) + np.asarray(array.shape, ">u4").tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with (gzip.open if path.suffix == ".gz" else open)(path, "wb") as f:
-        f.write(header + array.astype(np.uint8).tobytes())
-
-
-def write_fashion(directory: Path, suffix: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Write tiny Fashion-MNIST idx files (5 train, 3 test images of 6x6) and return their contents."""
-    arrays = {}
-    for split, count in (("train", 5), ("test", 3)):
-        arrays[f"{split}_x"] = rng.integers(0, 256, (count, 6, 6), dtype=np.uint8)
-        arrays[f"{split}_y"] = rng.integers(0, 10, count, dtype=np.uint8)
-        images_name, labels_name = FASHION_FILES[split]
-        write_idx(directory / f"{images_name}{suffix}", arrays[f"{split}_x"])
-        write_idx(directory / f"{labels_name}{suffix}", arrays[f"{split}_y"])
-    return arrays
+# every test: only files written by the test are found (tests/simulator/data/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_installed_data")
 
 
 def assert_fashion_equal(dataset: ImageDataset, arrays: dict[str, np.ndarray]) -> None:
@@ -53,65 +24,24 @@ def assert_fashion_equal(dataset: ImageDataset, arrays: dict[str, np.ndarray]) -
         np.testing.assert_array_equal(y.numpy(), arrays[f"{split}_y"])
 
 
-def test_fashion_mnist_reads_gzipped_idx_files(tmp_path):
+def test_fashion_mnist_reads_gzipped_idx_files(tmp_path, write_fashion):
     arrays = write_fashion(tmp_path / "root", ".gz", np.random.default_rng(0))
     dataset = load_dataset("fashion_mnist", root=str(tmp_path / "root"))
     assert_fashion_equal(dataset, arrays)
     assert (dataset.channels, dataset.image_size) == (1, 6)
 
 
-def test_fashion_mnist_reads_uncompressed_files_in_torchvision_layout(tmp_path):
+def test_fashion_mnist_reads_uncompressed_files_in_torchvision_layout(tmp_path, write_fashion):
     arrays = write_fashion(tmp_path / "root" / "FashionMNIST" / "raw", "", np.random.default_rng(1))
     assert_fashion_equal(load_dataset("fashion_mnist", root=tmp_path / "root"), arrays)
 
 
-def test_root_is_searched_before_system_copy_and_cache(tmp_path):
+def test_root_is_searched_before_system_copy_and_cache(tmp_path, write_fashion):
     system = write_fashion(datasets.SYSTEM_ROOT / "fashion-mnist", ".gz", np.random.default_rng(2))
     write_fashion(datasets.CACHE_ROOT / "fashion-mnist", ".gz", np.random.default_rng(3))
     assert_fashion_equal(load_dataset("fashion_mnist"), system)
     root = write_fashion(tmp_path / "root", ".gz", np.random.default_rng(4))
     assert_fashion_equal(load_dataset("fashion_mnist", root=tmp_path / "root"), root)
-
-
-@pytest.mark.parametrize("corrupt, message", [
-    (lambda data: b"\x00\x00\x0d" + data[3:], "bad magic number"),
-    (lambda data: data[:-1], "header says shape"),
-])
-def test_malformed_idx_file_raises(tmp_path, corrupt, message):
-    write_fashion(tmp_path, "", np.random.default_rng(0))
-    path = tmp_path / "train-images-idx3-ubyte"
-    path.write_bytes(corrupt(path.read_bytes()))
-    with pytest.raises(ValueError, match=message):
-        load_dataset("fashion_mnist", root=tmp_path)
-
-
-def test_image_and_label_counts_must_match(tmp_path):
-    write_fashion(tmp_path, "", np.random.default_rng(0))
-    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(2, np.uint8))
-    with pytest.raises(ValueError, match="3 images but 2 labels"):
-        load_dataset("fashion_mnist", root=tmp_path)
-
-
-def write_cifar_batch(path: Path, images: np.ndarray, labels: np.ndarray, label_key: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    batch = {b"data": images.reshape(len(images), -1), label_key: labels.tolist(), b"batch_label": b"x"}
-    path.write_bytes(pickle.dumps(batch))
-
-
-def test_cifar10_concatenates_batches_in_order_and_keeps_channel_planes(tmp_path):
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (12, 3, 32, 32), dtype=np.uint8)
-    labels = rng.integers(0, 10, 12)
-    directory = tmp_path / "cifar-10-batches-py"
-    for i in range(5):
-        write_cifar_batch(directory / f"data_batch_{i + 1}", images[2 * i:2 * i + 2], labels[2 * i:2 * i + 2],
-                          b"labels")
-    write_cifar_batch(directory / "test_batch", images[10:], labels[10:], b"labels")
-    dataset = load_dataset("cifar10", root=tmp_path)
-    np.testing.assert_array_equal(dataset.train_x.numpy(), images[:10])
-    np.testing.assert_array_equal(dataset.train_y.numpy(), labels[:10])
-    np.testing.assert_array_equal(dataset.test_x.numpy(), images[10:])
-    assert dataset.train_y.dtype == torch.int64 and dataset.num_classes == 10
 
 
 def test_cifar100_uses_fine_labels(tmp_path):
@@ -128,19 +58,6 @@ def test_cifar100_uses_fine_labels(tmp_path):
     assert dataset.num_classes == 100
 
 
-def test_svhn_transposes_images_and_maps_label_10_to_0(tmp_path):
-    rng = np.random.default_rng(2)
-    written = {}
-    for split, count in (("train", 4), ("test", 2)):
-        written[split] = rng.integers(0, 256, (32, 32, 3, count), dtype=np.uint8)  # [row, column, channel, sample]
-        savemat(tmp_path / f"{split}_32x32.mat", {"X": written[split], "y": np.array([[10], [1], [9], [10]][:count])})
-    dataset = load_dataset("svhn", root=tmp_path)
-    assert dataset.train_x.shape == (4, 3, 32, 32) and dataset.test_x.shape == (2, 3, 32, 32)
-    assert dataset.train_x[3, 2, 5, 7] == written["train"][5, 7, 2, 3]
-    np.testing.assert_array_equal(dataset.test_x.numpy(), written["test"].transpose(3, 2, 0, 1))
-    assert dataset.train_y.tolist() == [0, 1, 9, 0] and dataset.test_y.tolist() == [0, 1]
-
-
 def test_missing_files_raise_dataset_unavailable_saying_where_and_how(tmp_path):
     (tmp_path / "mine").mkdir()
     with pytest.raises(DatasetUnavailable) as raised:
@@ -152,7 +69,7 @@ def test_missing_files_raise_dataset_unavailable_saying_where_and_how(tmp_path):
         assert expected in message
 
 
-def test_download_fetches_into_cache_then_loads(tmp_path, monkeypatch):
+def test_download_fetches_into_cache_then_loads(tmp_path, monkeypatch, write_fashion):
     fetched = []
 
     def fake_download(source, directory):
@@ -193,20 +110,6 @@ def test_synthetic_cifar10_has_cifar10s_shape():
     assert dataset.num_classes == 10 and torch.bincount(dataset.train_y).tolist() == [500] * 10
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("train_x", torch.zeros(2, 1, 4, 4, dtype=torch.float32), "train_x must be a uint8 tensor"),
-    ("train_x", torch.zeros(2, 1, 4, 5, dtype=torch.uint8), "train_x must be a uint8 tensor"),
-    ("test_y", torch.zeros(3, dtype=torch.int64), r"test_y must be an int64 tensor \[1\]"),
-    ("test_x", torch.zeros(1, 3, 4, 4, dtype=torch.uint8), "train_x and test_x must have equal"),
-])
-def test_image_dataset_rejects_inconsistent_tensors(field, value, message):
-    fields = dict(name="x", train_x=torch.zeros(2, 1, 4, 4, dtype=torch.uint8),
-                  train_y=torch.zeros(2, dtype=torch.int64), test_x=torch.zeros(1, 1, 4, 4, dtype=torch.uint8),
-                  test_y=torch.zeros(1, dtype=torch.int64), num_classes=2)
-    with pytest.raises(ValueError, match=message):
-        ImageDataset(**{**fields, field: value})
-
-
 def test_real_fashion_mnist(monkeypatch):
     monkeypatch.undo()  # search the real system location
     dataset = load_dataset("fashion_mnist")
@@ -218,7 +121,7 @@ def test_real_fashion_mnist(monkeypatch):
     assert 70 < dataset.train_x.numpy().mean() < 75  # Fashion-MNIST's mean pixel is 72.94
 
 
-def test_a_root_that_does_not_exist_is_an_error_not_the_system_copy(tmp_path, monkeypatch):
+def test_a_root_that_does_not_exist_is_an_error_not_the_system_copy(tmp_path, monkeypatch, write_fashion):
     """A mistyped ``dataset.root`` must not silently train on another copy of the data."""
     write_fashion(tmp_path / "system" / "fashion-mnist", ".gz", np.random.default_rng(6))
     monkeypatch.setattr(datasets, "SYSTEM_ROOT", tmp_path / "system")

@@ -1,0 +1,119 @@
+"""The datasets' file formats (``simulator.data.formats``) on tiny files written here: idx (Fashion-MNIST),
+CIFAR's pickled batches, SVHN's .mat files; through the loader and directly."""
+
+import gzip
+import pickle
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.io import savemat
+
+from simulator.data import formats
+from simulator.data.datasets import load_dataset
+
+# every test: only files written by the test are found (tests/simulator/data/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_installed_data")
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda data: b"\x00\x00\x0d" + data[3:], "bad magic number"),
+    (lambda data: data[:-1], "header says shape"),
+])
+def test_malformed_idx_file_raises(tmp_path, corrupt, message, write_fashion):
+    write_fashion(tmp_path, "", np.random.default_rng(0))
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(corrupt(path.read_bytes()))
+    with pytest.raises(ValueError, match=message):
+        load_dataset("fashion_mnist", root=tmp_path)
+
+
+def test_image_and_label_counts_must_match(tmp_path, write_fashion, write_idx):
+    write_fashion(tmp_path, "", np.random.default_rng(0))
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(2, np.uint8))
+    with pytest.raises(ValueError, match="3 images but 2 labels"):
+        load_dataset("fashion_mnist", root=tmp_path)
+
+
+def write_cifar_batch(path: Path, images: np.ndarray, labels: np.ndarray, label_key: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch = {b"data": images.reshape(len(images), -1), label_key: labels.tolist(), b"batch_label": b"x"}
+    path.write_bytes(pickle.dumps(batch))
+
+
+def test_cifar10_concatenates_batches_in_order_and_keeps_channel_planes(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 3, 32, 32), dtype=np.uint8)
+    labels = rng.integers(0, 10, 12)
+    directory = tmp_path / "cifar-10-batches-py"
+    for i in range(5):
+        write_cifar_batch(directory / f"data_batch_{i + 1}", images[2 * i:2 * i + 2], labels[2 * i:2 * i + 2],
+                          b"labels")
+    write_cifar_batch(directory / "test_batch", images[10:], labels[10:], b"labels")
+    dataset = load_dataset("cifar10", root=tmp_path)
+    np.testing.assert_array_equal(dataset.train_x.numpy(), images[:10])
+    np.testing.assert_array_equal(dataset.train_y.numpy(), labels[:10])
+    np.testing.assert_array_equal(dataset.test_x.numpy(), images[10:])
+    assert dataset.train_y.dtype == torch.int64 and dataset.num_classes == 10
+
+
+def test_svhn_transposes_images_and_maps_label_10_to_0(tmp_path):
+    rng = np.random.default_rng(2)
+    written = {}
+    for split, count in (("train", 4), ("test", 2)):
+        written[split] = rng.integers(0, 256, (32, 32, 3, count), dtype=np.uint8)  # [row, column, channel, sample]
+        savemat(tmp_path / f"{split}_32x32.mat", {"X": written[split], "y": np.array([[10], [1], [9], [10]][:count])})
+    dataset = load_dataset("svhn", root=tmp_path)
+    assert dataset.train_x.shape == (4, 3, 32, 32) and dataset.test_x.shape == (2, 3, 32, 32)
+    assert dataset.train_x[3, 2, 5, 7] == written["train"][5, 7, 2, 3]
+    np.testing.assert_array_equal(dataset.test_x.numpy(), written["test"].transpose(3, 2, 0, 1))
+    assert dataset.train_y.tolist() == [0, 1, 9, 0] and dataset.test_y.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("name", ["wide-idx1-ubyte", "wide-idx1-ubyte.gz"])
+def test_read_idx_gives_the_headers_shape_with_dimensions_past_255(tmp_path, write_idx, name):
+    """Each dimension is a big-endian 4-byte count (the loader's tiny files have only one-byte ones)."""
+    array = np.random.default_rng(0).integers(0, 256, (2, 300, 1), dtype=np.uint8)
+    write_idx(tmp_path / name, array)
+    read = formats.read_idx(tmp_path / name)
+    assert read.dtype == np.uint8
+    np.testing.assert_array_equal(read, array)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x00\x00", "not an idx file of unsigned bytes (bad magic number)"),
+    (b"\x01\x00\x08\x01\x00\x00\x00\x02ab", "not an idx file of unsigned bytes (bad magic number)"),
+    (b"\x00\x00\x08\x01\x00\x00\x00\x02abc", "idx header says shape (2,) but the file holds 3 values"),
+], ids=["shorter-than-a-magic-number", "first-byte-not-0", "extra-value"])
+def test_read_idx_refuses_a_bad_magic_number_or_extra_values_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "labels-idx1-ubyte"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
+        formats.read_idx(path)
+
+
+def test_cifar_arrays_reads_gzipped_batches_in_the_order_of_train_names_with_the_given_label_key(tmp_path):
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (5, 3, 32, 32), dtype=np.uint8)
+    files = {}
+    for name, rows, suffix in (("first", slice(0, 2), ".gz"), ("second", slice(2, 4), ""), ("test", slice(4, 5), "")):
+        batch = {b"data": images[rows].reshape(-1, 3072), b"fine_labels": list(range(rows.start, rows.stop)),
+                 b"coarse_labels": [9] * (rows.stop - rows.start)}
+        files[name] = tmp_path / f"{name}{suffix}"
+        with (gzip.open if suffix else open)(files[name], "wb") as f:
+            f.write(pickle.dumps(batch))
+    train_x, train_y, test_x, test_y = formats.cifar_arrays(files, ("second", "first"), "test", b"fine_labels")
+    np.testing.assert_array_equal(train_x, np.concatenate([images[2:4], images[:2]]))
+    assert train_y.dtype == np.int64 and train_y.tolist() == [2, 3, 0, 1] and test_y.tolist() == [4]
+    np.testing.assert_array_equal(test_x, images[4:])
+
+
+def test_a_cifar_batch_with_more_labels_than_images_is_refused_naming_it(tmp_path):
+    images = np.zeros((2, 3, 32, 32), np.uint8)
+    write_cifar_batch(tmp_path / "data_batch_1", images, np.arange(2), b"labels")
+    write_cifar_batch(tmp_path / "test_batch", images, np.arange(3), b"labels")
+    files = {"data_batch_1": tmp_path / "data_batch_1", "test_batch": tmp_path / "test_batch"}
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'test_batch'}: 2 images but 3 labels")):
+        formats.cifar_arrays(files, ("data_batch_1",), "test_batch", b"labels")

@@ -1,0 +1,179 @@
+"""A run's directory (``simulator.runlog``): atomic writes, the recorded scenario and summary, the
+metrics log, checkpoints and the client-state snapshots, on small files written here."""
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from simulator import runlog
+from simulator.scenario import ScenarioError
+
+
+def test_runs_started_in_the_same_second_get_run_directories_of_their_own(tmp_path, monkeypatch):
+    """The free name is taken by mkdir itself, not checked first: even when the check could not see
+    the other run's directory (exists() stubbed to see nothing), each run gets its own."""
+    monkeypatch.setattr(runlog, "datetime", type("Frozen", (), {"now": staticmethod(lambda: datetime(2026, 1, 2, 3, 4, 5))}))
+    monkeypatch.setattr(Path, "exists", lambda self: False)
+    scenario = {"name": "same", "output": {"dir": str(tmp_path / "runs")}}
+    first, second = runlog.new_run_dir(None, scenario), runlog.new_run_dir(None, scenario)
+    assert first.name == "same-20260102-030405" and second.name == "same-20260102-030405-1"
+
+
+def test_atomic_write_replaces_the_file_whole_or_not_at_all_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text("old")
+
+    def half_then_fail(p):
+        p.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        runlog.atomic_write(path, half_then_fail)
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["summary.json"]
+    runlog.atomic_write(path, lambda p: p.write_text("new"))
+    assert path.read_text() == "new" and os.listdir(tmp_path) == ["summary.json"]
+
+
+def test_flat_hparams_dots_nested_keys_and_writes_lists_and_null_as_json():
+    scenario = {"seed": 3, "training": {"lr": 0.05, "schedule": {"warmup": True}},
+                "ray": {"worker_pools": [], "cpus": [1, {"gpu": 0.5}]}, "dataset": {"name": "x", "root": None}}
+    assert runlog.flat_hparams(scenario) == {
+        "seed": 3, "training.lr": 0.05, "training.schedule.warmup": True, "ray.worker_pools": "[]",
+        "ray.cpus": '[1, {"gpu": 0.5}]', "dataset.name": "x", "dataset.root": "null"}
+
+
+def test_a_run_directory_given_as_out_records_the_scenario_as_given(tmp_path):
+    scenario = {"name": "tiny", "seed": 3, "training": {"rounds": 2, "lr": 0.05}, "dataset": {"root": None}}
+    with pytest.raises(ScenarioError, match="not a run directory"):
+        runlog.check_run_dir(tmp_path)
+    run_dir = runlog.new_run_dir(str(tmp_path / "runs" / "one"), scenario)
+    assert run_dir == tmp_path / "runs" / "one"
+    runlog.check_run_dir(run_dir)
+    recorded = runlog.read_recorded_scenario(run_dir)
+    assert recorded == scenario and list(recorded) == list(scenario)  # in the scenario's order
+    assert os.listdir(run_dir) == ["scenario.yaml"]
+
+
+def test_an_out_that_holds_files_or_lies_under_a_file_is_refused(tmp_path):
+    runlog.check_out(tmp_path / "new" / "run")  # not there yet
+    runlog.check_out(tmp_path)  # there, empty
+    (tmp_path / "notes.txt").write_text("data")
+    with pytest.raises(FileExistsError, match="output directory is not empty; choose another --sweep-out"):
+        runlog.check_out(tmp_path, "--sweep-out")
+    with pytest.raises(FileExistsError, match="output directory is not empty"):
+        runlog.new_run_dir(str(tmp_path), {"name": "x", "seed": 1})
+    assert os.listdir(tmp_path) == ["notes.txt"]
+    with pytest.raises(FileExistsError, match=re.escape(f"lies under the file {tmp_path / 'notes.txt'}; "
+                                                        f"expected a directory for --dir")):
+        runlog.check_directory_path(tmp_path / "notes.txt" / "a" / "b", "--dir")
+
+
+@pytest.mark.parametrize("recorded", [
+    ["name", "seed"], {"seed": 3}, {"name": "x", "seed": "3"}, {"name": "x", "seed": 3.0},
+], ids=["a-list", "no-name", "seed-a-string", "seed-a-float"])
+def test_a_recorded_scenario_without_a_name_and_an_integer_seed_is_refused(tmp_path, recorded):
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(recorded))
+    with pytest.raises(ScenarioError, match=f"{re.escape(str(tmp_path / 'scenario.yaml'))}: -: expected the resolved scenario"):
+        runlog.read_recorded_scenario(tmp_path)
+
+
+def test_the_summary_reads_back_and_a_damaged_one_is_an_error_naming_it(tmp_path):
+    summary = {"rounds": 2, "eval": {"knn_top1": 0.5}, "stopped": None}
+    runlog.write_summary(tmp_path, summary)
+    assert runlog.read_summary(tmp_path) == summary
+    assert (tmp_path / "summary.json").read_text().endswith("}\n")
+    path = tmp_path / "summary.json"
+    for damaged, message in ((b'{"rounds": 2', "not valid JSON"), (b"\xff\xfe{}", "not valid JSON"),
+                             (b"[1, 2]", "expected a JSON object .* got list")):
+        path.write_bytes(damaged)
+        with pytest.raises(ScenarioError, match=f"{re.escape(str(path))}: -: {message}"):
+            runlog.read_summary(tmp_path)
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        runlog.read_summary(tmp_path)
+
+
+def test_the_metrics_log_writes_rows_by_round_and_name_and_resumes_from_a_checkpoints_rows(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    log = runlog.RunLog(tmp_path, time.time())
+    log.flush()  # nothing logged yet: an empty table of the schema
+    assert pq.read_table(tmp_path / "metrics.parquet").schema.equals(runlog.RunLog.SCHEMA)
+    for step in range(3):
+        log.log(step, {"x": step, "a": 10 + step})
+    log.close()
+    rows = [r[:3] for r in log.rows]
+    assert rows == [(0, "a", 10.0), (0, "x", 0.0), (1, "a", 11.0), (1, "x", 1.0), (2, "a", 12.0), (2, "x", 2.0)]
+    table = pq.read_table(tmp_path / "metrics.parquet")
+    assert table.schema.equals(runlog.RunLog.SCHEMA)
+    assert [(r["round"], r["name"], r["value"]) for r in table.to_pylist()] == rows
+
+    # a resume from the checkpoint of round 1: round 2 again, then 3; TensorBoard drops the first round 2
+    resumed = runlog.RunLog(tmp_path, time.time(), rows=log.rows[:4], purge_step=2)
+    resumed.log(2, {"x": 20})
+    resumed.log(3, {"x": 30})
+    resumed.rewind(resumed.rows[:5], purge_step=3)  # back to round 2's end (a fault in round 3)
+    resumed.log(3, {"x": 31})
+    resumed.close()
+    table = pq.read_table(tmp_path / "metrics.parquet").to_pylist()
+    assert [(r["round"], r["name"], r["value"]) for r in table] == rows[:4] + [(2, "x", 20.0), (3, "x", 31.0)]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("x")] == [(0, 0.0), (1, 1.0), (2, 20.0), (3, 31.0)]
+    assert [e.step for e in events.Scalars("a")] == [0, 1]
+
+
+def test_only_the_newest_checkpoints_are_kept_and_the_latest_is_found(tmp_path):
+    assert runlog.latest_checkpoint(tmp_path) is None
+    for round_index in (1, 2, 3, 3):  # round 3 written twice: the second replaces the first
+        runlog.write_checkpoint(tmp_path, round_index, {"state": f"of round {round_index}"}, keep=2)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["round_00002", "round_00003"]
+    latest = runlog.latest_checkpoint(tmp_path)
+    assert latest == tmp_path / "checkpoints" / "round_00003"
+    assert runlog.read_checkpoint(latest) == {"round": 3, "state": "of round 3"}
+    (tmp_path / "checkpoints" / "round_00004").mkdir()  # no state.pt: not a checkpoint
+    assert runlog.latest_checkpoint(tmp_path) == latest
+
+
+def test_a_checkpoints_client_states_outlive_the_stores_replacements_and_are_restored(tmp_path):
+    store = tmp_path / "client_state"
+    store.mkdir()
+    for client_id in (1, 5):
+        torch.save({"client": client_id}, store / f"client_{client_id:06d}.pt")
+    runlog.write_checkpoint(tmp_path, 2, {"state": None}, client_state_dir=store)
+    checkpoint = runlog.latest_checkpoint(tmp_path)
+    # the store replaces a file (os.replace), and a client not in the checkpoint stores its state
+    torch.save({"client": 5, "later": True}, store / "new.pt")
+    os.replace(store / "new.pt", store / "client_000005.pt")
+    torch.save({"client": 7}, store / "client_000007.pt")
+    assert runlog.read_client_state(checkpoint, 5) == {"client": 5}
+    assert runlog.read_client_state(checkpoint, 7) is None
+    runlog.restore_client_states(checkpoint, store)
+    assert sorted(os.listdir(store)) == ["client_000001.pt", "client_000005.pt"]
+    assert torch.load(store / "client_000005.pt") == {"client": 5}
+
+
+def test_a_damaged_checkpoint_or_client_state_is_an_error_naming_the_file(tmp_path):
+    runlog.write_checkpoint(tmp_path, 1, {"state": 0}, client_state_dir=tmp_path / "no store")
+    checkpoint = runlog.latest_checkpoint(tmp_path)
+    state = checkpoint / "state.pt"
+    for damaged in (state.read_bytes()[:100], b"", b"\x80\x02garbage"):  # cut off, empty, not torch's
+        state.write_bytes(damaged)
+        with pytest.raises(ScenarioError, match=f"{re.escape(str(state))}: -: cannot be read .*; expected a checkpoint written"):
+            runlog.read_checkpoint(checkpoint)
+    torch.save({"round": 1}, state)  # no state
+    with pytest.raises(ScenarioError, match=f"{re.escape(str(state))}: -: expected a checkpoint written by fedssl run"):
+        runlog.read_checkpoint(checkpoint)
+    (checkpoint / "client_state").mkdir()
+    client = checkpoint / "client_state" / "client_000003.pt"
+    client.write_bytes(b"")
+    with pytest.raises(ScenarioError, match=f"{re.escape(str(client))}: -: cannot be read .*; expected a client state"):
+        runlog.read_client_state(checkpoint, 3)
+    state.unlink()
+    with pytest.raises(FileNotFoundError):
+        runlog.read_checkpoint(checkpoint)
