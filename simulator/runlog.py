@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
 import time
 from datetime import datetime
@@ -74,8 +73,9 @@ def read_recorded_scenario(run_dir: Path) -> dict[str, Any]:
     from simulator.scenario import ScenarioError, read_yaml
     path = run_dir / "scenario.yaml"
     recorded = read_yaml(path)
+    seed = recorded.get("seed") if isinstance(recorded, dict) else None
     if not isinstance(recorded, dict) or not isinstance(recorded.get("name"), str) \
-            or not isinstance(recorded.get("seed"), int):
+            or not isinstance(seed, int) or isinstance(seed, bool):
         raise ScenarioError(str(path), "-", "expected the resolved scenario fedssl run writes (a mapping with "
                                             "name and seed)")
     return recorded
@@ -191,7 +191,9 @@ def load_written(path: Path, what: str) -> Any:
     from simulator.scenario import ScenarioError
     try:
         return torch.load(path, weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
+    except OSError:
+        raise
+    except Exception as err:  # a damaged pickle fails in many ways (RuntimeError, EOFError, ImportError, ...)
         raise ScenarioError(str(path), "-", f"cannot be read ({err}); expected {what} written by fedssl run") from None
 
 

@@ -25,7 +25,8 @@ SYNTHETIC_SHAPES = {"synthetic": {},
 
 
 class DatasetUnavailable(Exception):
-    """The dataset's files were not found (or could not be downloaded); the message says where we looked."""
+    """The dataset's files were not found, could not be downloaded, or are not what their names say;
+    the message says where we looked, or which file is wrong."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,10 @@ def _load_files(name: str, root: str | Path | None, download: bool) -> ImageData
     for directory in directories:
         files = _locate(source, directory)
         if files is not None:
-            arrays = [torch.from_numpy(a) for a in source.parse(files)]
+            try:
+                arrays = [torch.from_numpy(a) for a in source.parse(files)]
+            except ValueError as error:  # a damaged or wrong file: the parser names it
+                raise DatasetUnavailable(f"{name}: {error}; replace the file with the published one") from None
             return ImageDataset(name, *arrays, num_classes=source.num_classes)
     raise DatasetUnavailable(
         f"{name}: files {', '.join(source.files)} (optionally .gz) not found in any of "

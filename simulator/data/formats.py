@@ -2,7 +2,8 @@
 
 Every parser takes the located files (name -> path; a path may end in ``.gz``)
 and returns ``(train_x, train_y, test_x, test_y)`` as numpy arrays: uint8
-images ``[N, C, H, W]`` and int64 labels ``[N]``.
+images ``[N, C, H, W]`` and int64 labels ``[N]``. A file that is not what its name says raises
+``ValueError`` naming the file (``OSError`` where it cannot be read at all).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def read_idx(path: Path) -> np.ndarray:
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != IDX_UINT8:
         raise ValueError(f"{path}: not an idx file of unsigned bytes (bad magic number)")
     ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise ValueError(f"{path}: idx header cut short ({ndim} dimensions need {4 + 4 * ndim} bytes, "
+                         f"the file holds {len(data)})")
     shape = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
     offset = 4 + 4 * ndim
     if len(data) - offset != int(np.prod(shape)):
@@ -57,10 +61,21 @@ def fashion_mnist_arrays(files: dict[str, Path]) -> Arrays:
 
 def _cifar_batch(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
     """Parse one python-pickle CIFAR batch: rows of 3072 bytes (R, G, B planes of 32x32)."""
-    with open_maybe_gzip(path) as f:
-        batch = pickle.load(f, encoding="bytes")
-    images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-    return _checked(path, images, np.asarray(batch[label_key]))
+    expected = f"expected a python-pickle CIFAR batch (a dict with b'data' and {label_key!r})"
+    try:
+        with open_maybe_gzip(path) as f:
+            batch = pickle.load(f, encoding="bytes")
+    except OSError:
+        raise
+    except Exception as err:  # a damaged pickle fails in many ways, all of them this one
+        raise ValueError(f"{path}: cannot be unpickled ({type(err).__name__}: {err}); {expected}") from None
+    if not isinstance(batch, dict) or b"data" not in batch or label_key not in batch:
+        raise ValueError(f"{path}: {expected}, got {type(batch).__name__}"
+                         f"{' with keys ' + str(sorted(batch)) if isinstance(batch, dict) else ''}")
+    data = np.asarray(batch[b"data"], dtype=np.uint8)
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"{path}: b'data' has shape {data.shape}; expected rows of 3072 bytes (3 x 32 x 32)")
+    return _checked(path, data.reshape(-1, 3, 32, 32), np.asarray(batch[label_key]))
 
 
 def cifar_arrays(files: dict[str, Path], train_names: tuple[str, ...], test_name: str, label_key: bytes) -> Arrays:
@@ -74,8 +89,15 @@ def _svhn_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Parse one SVHN ``*_32x32.mat`` file: X is [32, 32, 3, N], y is [N, 1] with 10 meaning digit 0."""
     from scipy.io import loadmat
 
-    with open_maybe_gzip(path) as f:
-        mat = loadmat(f)
+    try:
+        with open_maybe_gzip(path) as f:
+            mat = loadmat(f)
+    except OSError:
+        raise
+    except Exception as err:
+        raise ValueError(f"{path}: cannot be read as a MATLAB file ({type(err).__name__}: {err})") from None
+    if "X" not in mat or "y" not in mat or mat["X"].ndim != 4:
+        raise ValueError(f"{path}: expected the SVHN variables X [32, 32, 3, N] and y [N, 1]")
     images = np.ascontiguousarray(mat["X"].transpose(3, 2, 0, 1), dtype=np.uint8)
     return _checked(path, images, mat["y"].reshape(-1) % 10)
 

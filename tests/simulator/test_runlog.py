@@ -75,8 +75,8 @@ def test_an_out_that_holds_files_or_lies_under_a_file_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("recorded", [
-    ["name", "seed"], {"seed": 3}, {"name": "x", "seed": "3"}, {"name": "x", "seed": 3.0},
-], ids=["a-list", "no-name", "seed-a-string", "seed-a-float"])
+    ["name", "seed"], {"seed": 3}, {"name": "x", "seed": "3"}, {"name": "x", "seed": 3.0}, {"name": "x", "seed": True},
+], ids=["a-list", "no-name", "seed-a-string", "seed-a-float", "seed-a-boolean"])
 def test_a_recorded_scenario_without_a_name_and_an_integer_seed_is_refused(tmp_path, recorded):
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(recorded))
     with pytest.raises(ScenarioError, match=f"{re.escape(str(tmp_path / 'scenario.yaml'))}: -: expected the resolved scenario"):
@@ -162,7 +162,8 @@ def test_a_damaged_checkpoint_or_client_state_is_an_error_naming_the_file(tmp_pa
     runlog.write_checkpoint(tmp_path, 1, {"state": 0}, client_state_dir=tmp_path / "no store")
     checkpoint = runlog.latest_checkpoint(tmp_path)
     state = checkpoint / "state.pt"
-    for damaged in (state.read_bytes()[:100], b"", b"\x80\x02garbage"):  # cut off, empty, not torch's
+    # cut off, empty, not torch's, a pickle naming a module that does not exist
+    for damaged in (state.read_bytes()[:100], b"", b"\x80\x02garbage", b"\x80\x02cno_such_module\nThing\nq\x00."):
         state.write_bytes(damaged)
         with pytest.raises(ScenarioError, match=f"{re.escape(str(state))}: -: cannot be read .*; expected a checkpoint written"):
             runlog.read_checkpoint(checkpoint)

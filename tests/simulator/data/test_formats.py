@@ -12,28 +12,29 @@ import torch
 from scipy.io import savemat
 
 from simulator.data import formats
-from simulator.data.datasets import load_dataset
+from simulator.data.datasets import DatasetUnavailable, load_dataset
 
 # every test: only files written by the test are found (tests/simulator/data/conftest.py)
 pytestmark = pytest.mark.usefixtures("no_installed_data")
 
 
 @pytest.mark.parametrize("corrupt, message", [
-    (lambda data: b"\x00\x00\x0d" + data[3:], "bad magic number"),
-    (lambda data: data[:-1], "header says shape"),
+    (lambda data: b"\x00\x00\x0d" + data[3:], r"not an idx file of unsigned bytes \(bad magic number\)"),
+    (lambda data: data[:-1], r"idx header says shape \(.*\) but the file holds"),
 ])
 def test_malformed_idx_file_raises(tmp_path, corrupt, message, write_fashion):
+    """The loader says which file is wrong, as the data set's one error (DatasetUnavailable)."""
     write_fashion(tmp_path, "", np.random.default_rng(0))
     path = tmp_path / "train-images-idx3-ubyte"
     path.write_bytes(corrupt(path.read_bytes()))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(DatasetUnavailable, match=f"^fashion_mnist: {re.escape(str(path))}: {message}"):
         load_dataset("fashion_mnist", root=tmp_path)
 
 
 def test_image_and_label_counts_must_match(tmp_path, write_fashion, write_idx):
     write_fashion(tmp_path, "", np.random.default_rng(0))
     write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(2, np.uint8))
-    with pytest.raises(ValueError, match="3 images but 2 labels"):
+    with pytest.raises(DatasetUnavailable, match="t10k-images-idx3-ubyte: 3 images but 2 labels; replace the file"):
         load_dataset("fashion_mnist", root=tmp_path)
 
 
@@ -86,7 +87,8 @@ def test_read_idx_gives_the_headers_shape_with_dimensions_past_255(tmp_path, wri
     (b"\x00\x00", "not an idx file of unsigned bytes (bad magic number)"),
     (b"\x01\x00\x08\x01\x00\x00\x00\x02ab", "not an idx file of unsigned bytes (bad magic number)"),
     (b"\x00\x00\x08\x01\x00\x00\x00\x02abc", "idx header says shape (2,) but the file holds 3 values"),
-], ids=["shorter-than-a-magic-number", "first-byte-not-0", "extra-value"])
+    (b"\x00\x00\x08\x03\x00\x00\x00\x02", "idx header cut short (3 dimensions need 16 bytes, the file holds 8)"),
+], ids=["shorter-than-a-magic-number", "first-byte-not-0", "extra-value", "header-cut-short"])
 def test_read_idx_refuses_a_bad_magic_number_or_extra_values_naming_the_file(tmp_path, content, message):
     path = tmp_path / "labels-idx1-ubyte"
     path.write_bytes(content)
@@ -117,3 +119,28 @@ def test_a_cifar_batch_with_more_labels_than_images_is_refused_naming_it(tmp_pat
     files = {"data_batch_1": tmp_path / "data_batch_1", "test_batch": tmp_path / "test_batch"}
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'test_batch'}: 2 images but 3 labels")):
         formats.cifar_arrays(files, ("data_batch_1",), "test_batch", b"labels")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not a pickle", "cannot be unpickled (UnpicklingError: "),
+    (pickle.dumps([1, 2]), "expected a python-pickle CIFAR batch (a dict with b'data' and b'labels'), got list"),
+    (pickle.dumps({b"data": np.zeros((1, 3072), np.uint8)}),
+     "expected a python-pickle CIFAR batch (a dict with b'data' and b'labels'), got dict with keys [b'data']"),
+    (pickle.dumps({b"data": np.zeros((2, 3000), np.uint8), b"labels": [0, 1]}),
+     "b'data' has shape (2, 3000); expected rows of 3072 bytes (3 x 32 x 32)"),
+], ids=["not-a-pickle", "not-a-dict", "no-labels", "rows-not-3072"])
+def test_a_damaged_cifar_batch_is_refused_naming_it(tmp_path, content, message):
+    path = tmp_path / "test_batch"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
+        formats.cifar_arrays({"test_batch": path}, (), "test_batch", b"labels")
+
+
+def test_a_damaged_svhn_file_is_refused_naming_it(tmp_path):
+    garbage, wrong = tmp_path / "train_32x32.mat", tmp_path / "test_32x32.mat"
+    garbage.write_bytes(b"not a MATLAB file at all")
+    savemat(wrong, {"images": np.zeros((2, 2))})
+    with pytest.raises(ValueError, match=re.escape(f"{garbage}: cannot be read as a MATLAB file (")):
+        formats.svhn_arrays({"train_32x32.mat": garbage, "test_32x32.mat": wrong})
+    with pytest.raises(ValueError, match=re.escape(f"{wrong}: expected the SVHN variables X [32, 32, 3, N] and y")):
+        formats.svhn_arrays({"train_32x32.mat": wrong, "test_32x32.mat": wrong})
