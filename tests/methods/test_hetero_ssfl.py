@@ -426,8 +426,12 @@ def test_the_rad_is_the_held_out_images_handed_in(synthetic_raw):
     ({"rad_term": "none"}, r"^<scenario>: method.rad_term: expected cka .* or ssl .*, got 'none'$"),
     ({"rad_term": "ssl", "mu": 0.0}, r"^<scenario>: method.rad_term: expected cka with mu = 0 .*got 'ssl'$"),
     ({"tiers": [{"fraction": 0.5, "encoder": "small_cnn"}]}, "method.tiers: expected fractions summing to 1"),
-    ({"tiers": [{"fraction": 1.0, "encoder": "vit"}]}, "method.tiers: expected a list"),
-    ({"tiers": [{"fraction": 0.5, "encoder": "small_cnn"}] * 2}, "method.tiers: expected distinct encoders"),
+    ({"tiers": [{"fraction": 1.0, "encoder": "vit"}]},
+     r"^<scenario>: method.tiers\[0\].encoder: expected one of narrow_cnn, .*, got 'vit'$"),
+    ({"tiers": [{"fraction": 0.5, "encoder": "small_cnn"}] * 2},
+     r"^<scenario>: method.tiers\[1\].encoder: expected a value no earlier item has, got 'small_cnn'$"),
+    ({"tiers": [{"fraction": 0, "encoder": "small_cnn"}]}, r"method.tiers\[0\].fraction: expected a positive number"),
+    ({"tiers": [{"fraction": 1.0}]}, r"method.tiers\[0\]: expected a mapping \{fraction, encoder\}"),
 ])
 def test_bad_values_are_one_line_errors(synthetic_raw, method, match):
     with pytest.raises(ValueError, match=match):

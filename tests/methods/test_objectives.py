@@ -1,16 +1,17 @@
 """Every loss term as the method computes it (the objective composed with the method's extensions,
 :func:`methods.objective_step.composed_loss`, as its client step does: the objective's ``embed``
-and ``rows_loss``, the UV head, the semi-supervised terms), against a reference written out here from
+and ``rows_loss``, the UV head), against a reference written out here from
 the papers' formulas: values (sign, pairing of views) and gradients of every online parameter
-(stop-gradients, which networks are trained)."""
+(stop-gradients, which networks are trained). The semi-supervised terms are checked with these
+helpers in ``test_semi_supervised.py``, the EMA target of the local step in
+``test_objective_step.py``."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from methods import build_method, objective_step
+from methods import build_method
 from methods.base import ClientData, DataSpec
 from methods.objective_step import composed_loss
-from methods.losses.supervised_contrastive import within_class_loss
 from simulator.context import RoundContext, freeze
 from simulator.data.synthetic import make_synthetic
 from simulator.federation import Server
@@ -230,136 +231,6 @@ def test_uv_term_enters_with_plus_uv_weight_and_trains_only_the_own_row(syntheti
         assert (reference_uv(online, head.own_row, head.rows, VIEWS, CLIENT) > 0.1).item()
 
 
-def test_semi_supervised_terms_inside_the_method(synthetic_raw):
-    # Algorithm 2: plain loss on unlabelled rows, loss within each class on labelled rows,
-    # + CE(y | h1) + CE(y | h2) of the label classifier on the labelled rows (and the UV term)
-    method, workspace, _ = setup(synthetic_raw, objective="simsiam", uv=True, uv_weight=0.5,
-                                 labelled_fraction=0.5)
-    online, head = workspace.online, workspace.parts["uv"]
-    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
-    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
-    # (its first six entries are another mask: a batch must read the mask at its rows)
-    rows = torch.tensor([11, 7, 3, 5, 9, 1])
-    client_mask = torch.zeros(12, dtype=torch.bool)
-    client_mask[rows] = labelled
-    assert not torch.equal(client_mask[:BATCH], labelled)
-    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
-
-    def reference():
-        loss = reference_objective("simsiam", online, None, VIEWS, unl, method.config)
-        loss = loss + within_class_loss(
-            lambda r: reference_objective("simsiam", online, None, VIEWS, lab[r], method.config), LABELS[lab])
-        for v in VIEWS:  # both views
-            logits = online["label_classifier"](online["encoder"](v[lab]))
-            loss = loss - logits.log_softmax(1)[torch.arange(len(lab)), LABELS[lab]].mean()
-        return loss + 0.5 * reference_uv(online, head.own_row, head.rows, VIEWS, CLIENT)
-
-    expected, expected_grads = value_and_grads(workspace, reference)
-    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
-    assert_same_grads(got_grads, expected_grads)
-    assert_trained(got_grads, ["label_classifier", "encoder", "projector", "predictor", "uv_projector"])
-
-
-@pytest.mark.parametrize("within_class, label_loss", [(False, True), (True, False), (False, False)])
-def test_semi_supervised_ablations_inside_the_method(synthetic_raw, within_class, label_loss):
-    # method.within_class: false -> the plain loss over the whole batch replaces the unlabelled rows'
-    # plain loss and the labelled rows' loss within each class; method.label_loss: false -> no CE
-    # (the classifier exists and gets no gradient)
-    method, workspace, _ = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5,
-                                 within_class=within_class, label_loss=label_loss)
-    online = workspace.online
-    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
-    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
-    # (its first six entries are another mask: a batch must read the mask at its rows)
-    rows = torch.tensor([11, 7, 3, 5, 9, 1])
-    client_mask = torch.zeros(12, dtype=torch.bool)
-    client_mask[rows] = labelled
-    assert not torch.equal(client_mask[:BATCH], labelled)
-    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
-
-    def reference():
-        if within_class:
-            loss = reference_objective("spectral", online, None, VIEWS, unl, method.config)
-            loss = loss + within_class_loss(
-                lambda r: reference_objective("spectral", online, None, VIEWS, lab[r], method.config), LABELS[lab])
-        else:
-            loss = reference_objective("spectral", online, None, VIEWS, torch.arange(BATCH), method.config)
-        for v in VIEWS if label_loss else []:
-            logits = online["label_classifier"](online["encoder"](v[lab]))
-            loss = loss - logits.log_softmax(1)[torch.arange(len(lab)), LABELS[lab]].mean()
-        return loss
-
-    expected, expected_grads = value_and_grads(workspace, reference)
-    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
-    assert_same_grads(got_grads, expected_grads)
-    assert_trained(got_grads, ["encoder", "projector"] + (["label_classifier"] if label_loss else []))
-    if not label_loss:
-        assert all(got_grads[k] is None for k in got_grads if k.startswith("label_classifier."))
-    full = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5)
-    with torch.no_grad():  # each ablation changes the loss (so the reference above tells them apart)
-        assert abs(method_loss(full[0], full[1], VIEWS, labelled) - got) > 1e-3
-
-
-def test_byol_target_is_an_ema_of_the_online_networks_inside_the_method(synthetic_raw):
-    # one local step (one batch, one epoch): the uploaded target is m t0 + (1 - m) o1, o1 the uploaded
-    # online networks, t0 the broadcast target (made different from the broadcast online networks)
-    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 64}
-    method, workspace, scenario = setup(synthetic_raw, objective="byol", target_momentum=0.9)
-    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
-    broadcast = method.broadcast(Server(method).state, ctx)
-    torch.manual_seed(6)
-    weights = {k: v + 0.05 * torch.randn_like(v) if k.startswith("target.") else v
-               for k, v in broadcast["weights"].items()}
-    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
-    upload = method.client_update(workspace, {"weights": weights}, None,
-                                  ClientData(CLIENT, data.train_x, data.train_y), ctx)
-    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
-    targets = [k for k in new if k.startswith("target.")]
-    assert targets
-    for k in targets:
-        online = new["online." + k[len("target."):]]
-        assert not torch.allclose(online, weights[k], atol=1e-5)
-        assert torch.allclose(new[k], 0.9 * weights[k] + 0.1 * online, atol=1e-6), k
-
-
-def test_byol_target_moves_after_every_local_step(synthetic_raw, monkeypatch):
-    # several steps (40 samples in batches of 16: 16, 16, 8): the target takes one EMA step after each
-    # SGD step, from the online networks of that step (BYOL's per-step EMA; EasyFL's too), and the
-    # uploaded target is the last of that chain
-    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 16}
-    method, workspace, scenario = setup(synthetic_raw, objective="byol", target_momentum=0.9)
-    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
-    broadcast = method.broadcast(Server(method).state, ctx)
-    chain, online_seen = [], []
-    real_update = objective_step.ema_update
-
-    def recorded(target, online, momentum):
-        before = [t.detach().clone() for t in target.parameters()]
-        real_update(target, online, momentum)
-        online_seen.append([p.detach().clone() for name in target for p in online[name].parameters()])
-        chain.append((before, [t.detach().clone() for t in target.parameters()]))
-
-    monkeypatch.setattr(objective_step, "ema_update", recorded)
-    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
-    upload = method.client_update(workspace, broadcast, None, ClientData(CLIENT, data.train_x, data.train_y), ctx)
-    assert len(chain) == 3
-    for (before, after), online in zip(chain, online_seen):
-        for t0, t1, o in zip(before, after, online):
-            assert torch.allclose(t1, 0.9 * t0 + 0.1 * o, atol=1e-6)
-    assert not torch.allclose(online_seen[0][0], online_seen[-1][0])  # the online networks moved in between
-    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
-    uploaded = [new[name] for name, _ in workspace.target.named_parameters(prefix="target")]
-    for got, expected in zip(uploaded, chain[-1][1]):
-        assert torch.allclose(got, expected, atol=1e-6)
-    # the last EMA step saw the online networks the client uploads (after its last SGD step)
-    final_online = [new["online." + name] for name in workspace.target for name in
-                    [f"{name}.{p}" for p, _ in workspace.target[name].named_parameters()]]
-    for got, seen in zip(final_online, online_seen[-1]):
-        assert torch.allclose(got, seen, atol=1e-6)
-
-
 @pytest.mark.parametrize("head_norm", ["none", "batch"])
 def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_raw, head_norm):
     # BYOL's projector and predictor (Grill et al. 2020, section 3.3): Linear -> BatchNorm1d -> ReLU ->
@@ -389,17 +260,3 @@ def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_
     for names in (broadcast["weights"], [name.split("/", 1)[1] for name in uploaded]):
         assert any(name.endswith("projector.1.running_mean") for name in names) == (head_norm == "batch")
     assert not any(name.endswith("num_batches_tracked") for name in uploaded)
-
-
-def test_each_client_trains_with_its_own_labelled_samples(synthetic_raw):
-    """The semi-supervised term a client is bound to holds that client's mask (seed, client id)."""
-    from methods.semi_supervised import labelled_mask
-    method, workspace, scenario = setup(synthetic_raw, objective="simclr", labelled_fraction=0.5)
-    extension = next(e for e in method.extensions if e.name == "semi_supervised")
-    masks = {}
-    for client in (2, 3):
-        data = ClientData(client, torch.zeros(40, 1, 28, 28, dtype=torch.uint8), torch.zeros(40, dtype=torch.long))
-        ctx = RoundContext(1, 2, (client,), scenario["seed"], freeze(scenario))
-        masks[client] = extension.bind(workspace, method.objective, {}, data, ctx).labelled
-        assert torch.equal(masks[client], labelled_mask(scenario["seed"], client, 40, 0.5))
-    assert not torch.equal(masks[2], masks[3])

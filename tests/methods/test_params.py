@@ -12,10 +12,3 @@ def test_every_weight_averaging_method_rejects_an_unknown_server_optimizer(name)
     config = {**METHODS[name].params, "server_optimizer": "sgd"}
     with pytest.raises(ParamError, match=r"^method.server_optimizer: expected one of avg, adam, got 'sgd'$"):
         METHODS[name].check_params(config, {"training": {"rounds": 10}})
-
-
-@pytest.mark.parametrize("name", sorted(n for n, m in METHODS.items() if "objective" in m.params))
-def test_every_method_with_an_objective_rejects_an_unknown_one_as_a_param_error(name):
-    config = {**METHODS[name].params, "objective": "moco"}
-    with pytest.raises(ParamError, match=r"^method.objective: expected .*, got 'moco'$"):
-        METHODS[name].check_params(config, {"training": {"rounds": 10}})

@@ -1,20 +1,15 @@
-"""Federated SimCLR (FedAvg with the UV head) and its semi-supervised variant, in-process."""
+"""Federated SimCLR (FedAvg with the UV head), in-process; its semi-supervised variant is in
+``test_semi_supervised.py``."""
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from methods import build_method
 from methods.base import ClientData, DataSpec
-from methods.losses import nt_xent
-from methods.losses.supervised_contrastive import within_class_loss
-from methods.semi_supervised import (labelled_mask, labelled_positions, labelled_train_indices,
-                                     semi_supervised_loss)
 from methods.base import ClientUpload
 from methods.uv import ROWS_KEY, UVHead
 from simulator.context import RoundContext, freeze
-from simulator.data.partition import make_partition
 from simulator.data.synthetic import make_synthetic
 from simulator.federation import Server
 from simulator.scenario import resolve
@@ -194,60 +189,9 @@ def test_uv_head_gradient_reaches_only_the_own_row():
     assert torch.allclose(head.own_row.norm(), torch.tensor(1.0))
 
 
-def test_semi_supervised_loss_is_algorithm_2(synthetic_raw):
-    method, _ = setup(synthetic_raw, uv=False, labelled_fraction=0.5)
-    workspace = method.make_workspace(torch.device("cpu"))
-    online = workspace.online
-    views = [DATA.train_x[:8].float() / 255, DATA.train_x[:8].flip(3).float() / 255]
-    labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3])
-    labelled = torch.tensor([True, True, False, True, True, False, False, True])
-    embedding = method.objective.embed(online, None, views)
-    z1, z2 = embedding["z"]
-    h1, h2 = embedding["features"]
-    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    ce = torch.nn.functional.cross_entropy
-    expected = (nt_xent(z1[unl], z2[unl], 0.5)
-                + within_class_loss(lambda r: nt_xent(z1[lab][r], z2[lab][r], 0.5), labels[lab])
-                + ce(online["label_classifier"](h1[lab]), labels[lab])
-                + ce(online["label_classifier"](h2[lab]), labels[lab]))
-    got = semi_supervised_loss(method.objective, embedding, labels, labelled, online["label_classifier"])
-    assert torch.allclose(got, expected)
-
-
-def test_semi_supervised_client_trains_the_label_classifier(synthetic_raw):
-    method, ctx = setup(synthetic_raw, labelled_fraction=0.25)
-    _, broadcast, upload, _ = client_round(method, ctx)
-    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
-    name = "online.label_classifier.weight"
-    assert not torch.allclose(new[name], broadcast["weights"][name])
-
-
-def test_labelled_subset_is_fixed_per_client_and_rebuildable_from_the_partition():
-    mask = labelled_mask(7, 2, 50, 0.1)
-    assert mask.sum() == 5 and torch.equal(mask, labelled_mask(7, 2, 50, 0.1))
-    assert not torch.equal(mask, labelled_mask(7, 3, 50, 0.1))
-    labels = np.repeat(np.arange(10), 30)
-    partition = make_partition("dirichlet", labels, 5, seed=7, alpha=0.5)
-    indices = labelled_train_indices(partition, 7, 0.1)
-    expected = [partition.indices[c][labelled_mask(7, c, len(partition.indices[c]), 0.1).numpy()]
-                for c in range(5)]
-    assert np.array_equal(indices, np.sort(np.concatenate(expected)))
-    assert len(indices) == sum(len(labelled_positions(7, c, len(partition.indices[c]), 0.1)) for c in range(5))
-
-
-@pytest.mark.parametrize("size, fraction, count", [(45, 0.1, 5), (6, 0.25, 2), (44, 0.1, 4), (600, 0.1, 60)])
-def test_a_client_labels_its_fraction_of_samples_rounded_half_up(size, fraction, count):
-    """round(fraction x size), 4.5 -> 5 and 1.5 -> 2 (not Python's round-half-even, not a floor)."""
-    assert len(labelled_positions(7, 2, size, fraction)) == count
-
-
 @pytest.mark.parametrize("method, message", [
     ({"objective": "supervised"}, "method.uv: expected false"),
     ({"uv_weight": -1.0}, "method.uv_weight: expected a non-negative number"),
-    ({"uv": False, "labelled_fraction": 1.5}, r"method.labelled_fraction: expected a fraction in \[0, 1\]"),
-    ({"uv": False, "objective": "supervised", "labelled_fraction": 0.1}, "method.labelled_fraction: expected 0"),
-    ({"uv": False, "within_class": False}, r"method.within_class: expected true unless method.labelled_fraction > 0"),
-    ({"uv": False, "label_loss": False}, r"method.label_loss: expected true unless method.labelled_fraction > 0"),
 ])
 def test_bad_values_are_one_line_errors(synthetic_raw, method, message):
     with pytest.raises(ValueError, match=message):

@@ -1,0 +1,29 @@
+"""The method interface (``methods.base``): every method's parameters are checked by
+``Method.check_params``, which raises a one-line ``ParamError`` for the first rule a ``method:``
+section breaks (also when the method's own rules could not be evaluated on an unknown value); the
+bytes a client's upload accounts per payload kind."""
+import pytest
+import torch
+
+from methods import METHODS
+from methods.base import ClientUpload, ParamError
+from simulator.stats import Stats
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in METHODS.items() if "objective" in m.params))
+def test_every_method_with_an_objective_rejects_an_unknown_one_as_a_param_error(name):
+    config = {**METHODS[name].params, "objective": "moco"}
+    with pytest.raises(ParamError, match=r"^method.objective: expected .*, got 'moco'$"):
+        METHODS[name].check_params(config, {"training": {"rounds": 10}})
+
+
+def test_bytes_by_kind_sums_the_uploads_tensors_per_payload_kind():
+    """The bytes a client sends, per payload kind: 4 per summed value (one row of a ``sparse_rows``
+    matrix), and each record's tensors at their own element size, however nested."""
+    stats = Stats.from_tensors({"weights/a": torch.ones(3, 4), "weights/b": torch.ones(5),
+                                "heads/rows": torch.ones(6, 2)}, 10)
+    record = {"correlation": torch.ones(4, 4, dtype=torch.float64),
+              "centroids": {"local": [torch.ones(2, 3), (torch.ones(3, dtype=torch.float16), "not a tensor")]}}
+    upload = ClientUpload(stats=stats, record=record, sparse_rows=("heads/rows",))
+    assert upload.bytes_by_kind() == {"weights": 4 * 17, "heads": 4 * 2, "correlation": 8 * 16,
+                                      "centroids": 4 * 6 + 2 * 3}

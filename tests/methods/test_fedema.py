@@ -1,0 +1,55 @@
+"""FedEMA (``methods.fedema``): a returning client's blend of global and own networks, mu = tau at its
+second participation then lambda times the new divergence, capped at 1, and EasyFL's selective rule."""
+import pytest
+import torch
+
+from methods.divergence_aware import divergence
+from simulator.federation import Server
+from tests.methods.test_divergence_aware import at, make, participate
+
+
+@pytest.mark.parametrize("head_norm", ["none", "batch"])
+def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(synthetic_raw, head_norm):
+    scenario, method = make(synthetic_raw, "fedema", head_norm, ema_tau=0.7)
+    server = Server(method)
+    state = server.state
+    workspace = method.make_workspace(torch.device("cpu"))
+    first = participate(method, scenario, state, 1, None).client_state
+    d1 = first["distance"]
+    parameters = {"online." + n for n, _ in workspace.online.named_parameters()}
+    start = method.start_weights(workspace, state["weights"], first, at(scenario, 2))
+    for name in parameters:  # second participation: lambda = tau / d1, so mu = tau exactly
+        torch.testing.assert_close(start[name], 0.3 * state["weights"][name] + 0.7 * first["weights"][name])
+    for name in start:  # the target (its BatchNorm statistics too) is the client's; the online
+        # networks' statistics (head_norm batch) are the server's
+        if name.startswith("target."):
+            assert torch.equal(start[name], first["weights"][name])
+        elif name not in parameters:
+            assert torch.equal(start[name], state["weights"][name]), name
+    second = participate(method, scenario, state, 2, first).client_state
+    assert second["scaler"] == pytest.approx(0.7 / d1)
+    assert second["distance"] == pytest.approx(divergence(start, second["weights"]))
+    mu = min(0.7 / d1 * second["distance"], 1.0)  # third participation: lambda kept, the new d
+    assert method.blend(second) == pytest.approx(mu)
+    third = method.start_weights(workspace, state["weights"], second, at(scenario, 3))
+    name = "online.encoder.features.0.0.weight"
+    torch.testing.assert_close(third[name], (1 - mu) * state["weights"][name] + mu * second["weights"][name])
+    assert method.blend({**second, "distance": 100 * second["distance"]}) == 1.0  # capped at 1
+
+
+@pytest.mark.parametrize("selective", [False, True])
+def test_selective_fedema_mixes_only_after_training_in_the_previous_round(synthetic_raw, selective):
+    # EasyFL's selective_ema (its FedEMA under random selection): a client that trained in round 1
+    # mixes in round 2; in round 3 it starts from the global networks, target copied from the online
+    scenario, method = make(synthetic_raw, "fedema", ema_tau=0.7, selective=selective)
+    state = Server(method).state
+    workspace = method.make_workspace(torch.device("cpu"))
+    first = participate(method, scenario, state, 1, None).client_state
+    fresh = method.start_weights(workspace, state["weights"], None, at(scenario, 1))
+    mixed = method.start_weights(workspace, state["weights"], first, at(scenario, 2))
+    name = "online.encoder.features.0.0.weight"
+    torch.testing.assert_close(mixed[name], 0.3 * state["weights"][name] + 0.7 * first["weights"][name])
+    later = method.start_weights(workspace, state["weights"], first, at(scenario, 3))
+    for key in later:
+        assert torch.equal(later[key], fresh[key] if selective else mixed[key]), key
+    assert not torch.equal(mixed["target.encoder.features.0.0.weight"], fresh["target.encoder.features.0.0.weight"])

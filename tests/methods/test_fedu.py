@@ -1,0 +1,34 @@
+"""FedU (``methods.fedu``): a returning client takes the global predictor only below ``dapu_threshold``
+(its own otherwise), keeps its own target, and takes the global encoder and projector."""
+import pytest
+import torch
+
+from simulator.federation import Server
+from tests.methods.test_divergence_aware import at, make, participate
+
+
+@pytest.mark.parametrize("head_norm", ["none", "batch"])
+@pytest.mark.parametrize("distance, global_predictor", [(0.39, True), (0.41, False)])
+def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw, distance, global_predictor, head_norm):
+    # with head_norm batch the heads' BatchNorm statistics go with their networks, as EasyFL swaps
+    # whole modules: the predictor's with the predictor, the target's stay the client's, the online
+    # encoder's and projector's are the server's
+    scenario, method = make(synthetic_raw, "fedu", head_norm, dapu_threshold=0.4)
+    state = Server(method).state
+    first = participate(method, scenario, state, 1, None).client_state
+    returning = {**first, "distance": distance}
+    start = method.start_weights(method.make_workspace(torch.device("cpu")), state["weights"], returning,
+                                 at(scenario, 2))
+    for name, value in start.items():
+        if name.startswith("online.predictor."):
+            expected = state["weights"][name] if global_predictor else first["weights"][name]
+        elif name.startswith("target."):
+            expected = first["weights"][name]  # the client's own target
+        else:
+            expected = state["weights"][name]  # encoder and projector: always the global ones
+        assert torch.equal(value, expected), name
+    assert not torch.equal(state["weights"]["online.predictor.0.weight"], first["weights"]["online.predictor.0.weight"])
+    statistics = [name for name in start if name.endswith("running_mean")]
+    assert len(statistics) == (3 if head_norm == "batch" else 0)  # online projector and predictor, target projector
+    for name in statistics:  # the client's statistics differ from the server's: each check can fail
+        assert not torch.equal(state["weights"][name], first["weights"][name]), name

@@ -1,0 +1,69 @@
+"""The local step of a method that trains an objective (``methods.objective_step.train_objective``):
+the EMA target takes BYOL's step after every SGD step, from that step's online networks, and the
+client uploads the last of that chain."""
+import torch
+
+from methods import objective_step
+from methods.base import ClientData
+from simulator.context import RoundContext, freeze
+from simulator.data.synthetic import make_synthetic
+from simulator.federation import Server
+from tests.methods.test_objectives import CLIENT, setup
+
+
+def test_byol_target_is_an_ema_of_the_online_networks_inside_the_method(synthetic_raw):
+    # one local step (one batch, one epoch): the uploaded target is m t0 + (1 - m) o1, o1 the uploaded
+    # online networks, t0 the broadcast target (made different from the broadcast online networks)
+    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 64}
+    method, workspace, scenario = setup(synthetic_raw, objective="byol", target_momentum=0.9)
+    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
+    broadcast = method.broadcast(Server(method).state, ctx)
+    torch.manual_seed(6)
+    weights = {k: v + 0.05 * torch.randn_like(v) if k.startswith("target.") else v
+               for k, v in broadcast["weights"].items()}
+    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
+    upload = method.client_update(workspace, {"weights": weights}, None,
+                                  ClientData(CLIENT, data.train_x, data.train_y), ctx)
+    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    targets = [k for k in new if k.startswith("target.")]
+    assert targets
+    for k in targets:
+        online = new["online." + k[len("target."):]]
+        assert not torch.allclose(online, weights[k], atol=1e-5)
+        assert torch.allclose(new[k], 0.9 * weights[k] + 0.1 * online, atol=1e-6), k
+
+
+def test_byol_target_moves_after_every_local_step(synthetic_raw, monkeypatch):
+    # several steps (40 samples in batches of 16: 16, 16, 8): the target takes one EMA step after each
+    # SGD step, from the online networks of that step (BYOL's per-step EMA; EasyFL's too), and the
+    # uploaded target is the last of that chain
+    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 16}
+    method, workspace, scenario = setup(synthetic_raw, objective="byol", target_momentum=0.9)
+    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
+    broadcast = method.broadcast(Server(method).state, ctx)
+    chain, online_seen = [], []
+    real_update = objective_step.ema_update
+
+    def recorded(target, online, momentum):
+        before = [t.detach().clone() for t in target.parameters()]
+        real_update(target, online, momentum)
+        online_seen.append([p.detach().clone() for name in target for p in online[name].parameters()])
+        chain.append((before, [t.detach().clone() for t in target.parameters()]))
+
+    monkeypatch.setattr(objective_step, "ema_update", recorded)
+    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
+    upload = method.client_update(workspace, broadcast, None, ClientData(CLIENT, data.train_x, data.train_y), ctx)
+    assert len(chain) == 3
+    for (before, after), online in zip(chain, online_seen):
+        for t0, t1, o in zip(before, after, online):
+            assert torch.allclose(t1, 0.9 * t0 + 0.1 * o, atol=1e-6)
+    assert not torch.allclose(online_seen[0][0], online_seen[-1][0])  # the online networks moved in between
+    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    uploaded = [new[name] for name, _ in workspace.target.named_parameters(prefix="target")]
+    for got, expected in zip(uploaded, chain[-1][1]):
+        assert torch.allclose(got, expected, atol=1e-6)
+    # the last EMA step saw the online networks the client uploads (after its last SGD step)
+    final_online = [new["online." + name] for name in workspace.target for name in
+                    [f"{name}.{p}" for p, _ in workspace.target[name].named_parameters()]]
+    for got, seen in zip(final_online, online_seen[-1]):
+        assert torch.allclose(got, seen, atol=1e-6)

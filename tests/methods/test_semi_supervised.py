@@ -1,0 +1,162 @@
+"""The semi-supervised variant (``methods.semi_supervised``): the labelled subset (fixed per client,
+rebuildable from the partition), Algorithm 2's loss terms as the client step composes them with the
+objective and the UV term, their ablations, the label classifier's training, and its parameter rules."""
+import numpy as np
+import pytest
+import torch
+
+from methods.base import ClientData
+from methods.losses import nt_xent
+from methods.losses.supervised_contrastive import within_class_loss
+from methods.semi_supervised import (labelled_mask, labelled_positions, labelled_train_indices,
+                                     semi_supervised_loss)
+from simulator.context import RoundContext, freeze
+from simulator.data.partition import make_partition
+from tests.methods.test_objectives import (BATCH, CLIENT, LABELS, VIEWS, assert_same_grads, assert_trained,
+                                           method_loss, reference_objective, reference_uv, setup,
+                                           value_and_grads)
+from tests.methods.test_uv import DATA, client_round
+from tests.methods.test_uv import setup as uv_setup
+
+
+def test_semi_supervised_terms_inside_the_method(synthetic_raw):
+    # Algorithm 2: plain loss on unlabelled rows, loss within each class on labelled rows,
+    # + CE(y | h1) + CE(y | h2) of the label classifier on the labelled rows (and the UV term)
+    method, workspace, _ = setup(synthetic_raw, objective="simsiam", uv=True, uv_weight=0.5,
+                                 labelled_fraction=0.5)
+    online, head = workspace.online, workspace.parts["uv"]
+    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
+    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
+    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
+    # (its first six entries are another mask: a batch must read the mask at its rows)
+    rows = torch.tensor([11, 7, 3, 5, 9, 1])
+    client_mask = torch.zeros(12, dtype=torch.bool)
+    client_mask[rows] = labelled
+    assert not torch.equal(client_mask[:BATCH], labelled)
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
+
+    def reference():
+        loss = reference_objective("simsiam", online, None, VIEWS, unl, method.config)
+        loss = loss + within_class_loss(
+            lambda r: reference_objective("simsiam", online, None, VIEWS, lab[r], method.config), LABELS[lab])
+        for v in VIEWS:  # both views
+            logits = online["label_classifier"](online["encoder"](v[lab]))
+            loss = loss - logits.log_softmax(1)[torch.arange(len(lab)), LABELS[lab]].mean()
+        return loss + 0.5 * reference_uv(online, head.own_row, head.rows, VIEWS, CLIENT)
+
+    expected, expected_grads = value_and_grads(workspace, reference)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert_same_grads(got_grads, expected_grads)
+    assert_trained(got_grads, ["label_classifier", "encoder", "projector", "predictor", "uv_projector"])
+
+
+@pytest.mark.parametrize("within_class, label_loss", [(False, True), (True, False), (False, False)])
+def test_semi_supervised_ablations_inside_the_method(synthetic_raw, within_class, label_loss):
+    # method.within_class: false -> the plain loss over the whole batch replaces the unlabelled rows'
+    # plain loss and the labelled rows' loss within each class; method.label_loss: false -> no CE
+    # (the classifier exists and gets no gradient)
+    method, workspace, _ = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5,
+                                 within_class=within_class, label_loss=label_loss)
+    online = workspace.online
+    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
+    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
+    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
+    # (its first six entries are another mask: a batch must read the mask at its rows)
+    rows = torch.tensor([11, 7, 3, 5, 9, 1])
+    client_mask = torch.zeros(12, dtype=torch.bool)
+    client_mask[rows] = labelled
+    assert not torch.equal(client_mask[:BATCH], labelled)
+    got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
+
+    def reference():
+        if within_class:
+            loss = reference_objective("spectral", online, None, VIEWS, unl, method.config)
+            loss = loss + within_class_loss(
+                lambda r: reference_objective("spectral", online, None, VIEWS, lab[r], method.config), LABELS[lab])
+        else:
+            loss = reference_objective("spectral", online, None, VIEWS, torch.arange(BATCH), method.config)
+        for v in VIEWS if label_loss else []:
+            logits = online["label_classifier"](online["encoder"](v[lab]))
+            loss = loss - logits.log_softmax(1)[torch.arange(len(lab)), LABELS[lab]].mean()
+        return loss
+
+    expected, expected_grads = value_and_grads(workspace, reference)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert_same_grads(got_grads, expected_grads)
+    assert_trained(got_grads, ["encoder", "projector"] + (["label_classifier"] if label_loss else []))
+    if not label_loss:
+        assert all(got_grads[k] is None for k in got_grads if k.startswith("label_classifier."))
+    full = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5)
+    with torch.no_grad():  # each ablation changes the loss (so the reference above tells them apart)
+        assert abs(method_loss(full[0], full[1], VIEWS, labelled) - got) > 1e-3
+
+
+def test_each_client_trains_with_its_own_labelled_samples(synthetic_raw):
+    """The semi-supervised term a client is bound to holds that client's mask (seed, client id)."""
+    method, workspace, scenario = setup(synthetic_raw, objective="simclr", labelled_fraction=0.5)
+    extension = next(e for e in method.extensions if e.name == "semi_supervised")
+    masks = {}
+    for client in (2, 3):
+        data = ClientData(client, torch.zeros(40, 1, 28, 28, dtype=torch.uint8), torch.zeros(40, dtype=torch.long))
+        ctx = RoundContext(1, 2, (client,), scenario["seed"], freeze(scenario))
+        masks[client] = extension.bind(workspace, method.objective, {}, data, ctx).labelled
+        assert torch.equal(masks[client], labelled_mask(scenario["seed"], client, 40, 0.5))
+    assert not torch.equal(masks[2], masks[3])
+
+
+def test_semi_supervised_loss_is_algorithm_2(synthetic_raw):
+    method, _ = uv_setup(synthetic_raw, uv=False, labelled_fraction=0.5)
+    workspace = method.make_workspace(torch.device("cpu"))
+    online = workspace.online
+    views = [DATA.train_x[:8].float() / 255, DATA.train_x[:8].flip(3).float() / 255]
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3])
+    labelled = torch.tensor([True, True, False, True, True, False, False, True])
+    embedding = method.objective.embed(online, None, views)
+    z1, z2 = embedding["z"]
+    h1, h2 = embedding["features"]
+    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
+    ce = torch.nn.functional.cross_entropy
+    expected = (nt_xent(z1[unl], z2[unl], 0.5)
+                + within_class_loss(lambda r: nt_xent(z1[lab][r], z2[lab][r], 0.5), labels[lab])
+                + ce(online["label_classifier"](h1[lab]), labels[lab])
+                + ce(online["label_classifier"](h2[lab]), labels[lab]))
+    got = semi_supervised_loss(method.objective, embedding, labels, labelled, online["label_classifier"])
+    assert torch.allclose(got, expected)
+
+
+def test_semi_supervised_client_trains_the_label_classifier(synthetic_raw):
+    method, ctx = uv_setup(synthetic_raw, labelled_fraction=0.25)
+    _, broadcast, upload, _ = client_round(method, ctx)
+    new = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
+    name = "online.label_classifier.weight"
+    assert not torch.allclose(new[name], broadcast["weights"][name])
+
+
+def test_labelled_subset_is_fixed_per_client_and_rebuildable_from_the_partition():
+    mask = labelled_mask(7, 2, 50, 0.1)
+    assert mask.sum() == 5 and torch.equal(mask, labelled_mask(7, 2, 50, 0.1))
+    assert not torch.equal(mask, labelled_mask(7, 3, 50, 0.1))
+    labels = np.repeat(np.arange(10), 30)
+    partition = make_partition("dirichlet", labels, 5, seed=7, alpha=0.5)
+    indices = labelled_train_indices(partition, 7, 0.1)
+    expected = [partition.indices[c][labelled_mask(7, c, len(partition.indices[c]), 0.1).numpy()]
+                for c in range(5)]
+    assert np.array_equal(indices, np.sort(np.concatenate(expected)))
+    assert len(indices) == sum(len(labelled_positions(7, c, len(partition.indices[c]), 0.1)) for c in range(5))
+
+
+@pytest.mark.parametrize("size, fraction, count", [(45, 0.1, 5), (6, 0.25, 2), (44, 0.1, 4), (600, 0.1, 60)])
+def test_a_client_labels_its_fraction_of_samples_rounded_half_up(size, fraction, count):
+    """round(fraction x size), 4.5 -> 5 and 1.5 -> 2 (not Python's round-half-even, not a floor)."""
+    assert len(labelled_positions(7, 2, size, fraction)) == count
+
+
+@pytest.mark.parametrize("method, message", [
+    ({"uv": False, "labelled_fraction": 1.5}, r"method.labelled_fraction: expected a fraction in \[0, 1\]"),
+    ({"uv": False, "objective": "supervised", "labelled_fraction": 0.1}, "method.labelled_fraction: expected 0"),
+    ({"uv": False, "within_class": False}, r"method.within_class: expected true unless method.labelled_fraction > 0"),
+    ({"uv": False, "label_loss": False}, r"method.label_loss: expected true unless method.labelled_fraction > 0"),
+])
+def test_bad_values_are_one_line_errors(synthetic_raw, method, message):
+    with pytest.raises(ValueError, match=message):
+        uv_setup(synthetic_raw, **method)
