@@ -1,5 +1,7 @@
 """FedEMA (``methods.fedema``): a returning client's blend of global and own networks, mu = tau at its
 second participation then lambda times the new divergence, capped at 1, and EasyFL's selective rule."""
+import re
+
 import pytest
 import torch
 
@@ -53,3 +55,26 @@ def test_selective_fedema_mixes_only_after_training_in_the_previous_round(synthe
     for key in later:
         assert torch.equal(later[key], fresh[key] if selective else mixed[key]), key
     assert not torch.equal(mixed["target.encoder.features.0.0.weight"], fresh["target.encoder.features.0.0.weight"])
+
+
+def test_a_fixed_ema_scaler_is_every_client_s_lambda_from_its_second_participation(synthetic_raw):
+    scenario, method = make(synthetic_raw, "fedema", ema_tau=0.7, ema_scaler=0.25)
+    state = Server(method).state
+    workspace = method.make_workspace(torch.device("cpu"))
+    first = participate(method, scenario, state, 1, None).client_state
+    mu = min(0.25 * first["distance"], 1.0)  # not tau: lambda is the scaler, times the divergence
+    assert mu != pytest.approx(0.7) and method.blend(first) == pytest.approx(mu)
+    start = method.start_weights(workspace, state["weights"], first, at(scenario, 2))
+    name = "online.encoder.features.0.0.weight"
+    torch.testing.assert_close(start[name], (1 - mu) * state["weights"][name] + mu * first["weights"][name])
+    second = participate(method, scenario, state, 2, first).client_state
+    assert second["scaler"] == 0.25 and method.blend(second) == pytest.approx(min(0.25 * second["distance"], 1.0))
+
+
+@pytest.mark.parametrize("method, key, expected", [
+    ({"ema_tau": 0.0}, "ema_tau", "a positive number, got 0.0"),
+    ({"ema_scaler": -0.1}, "ema_scaler", "a non-negative number (0: tau / d at the second round), got -0.1"),
+])
+def test_bad_values_are_one_line_errors(synthetic_raw, method, key, expected):
+    with pytest.raises(ValueError, match=re.escape(f"<scenario>: method.{key}: expected {expected}")):
+        make(synthetic_raw, "fedema", **method)

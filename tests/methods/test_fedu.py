@@ -32,3 +32,10 @@ def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw,
     assert len(statistics) == (3 if head_norm == "batch" else 0)  # online projector and predictor, target projector
     for name in statistics:  # the client's statistics differ from the server's: each check can fail
         assert not torch.equal(state["weights"][name], first["weights"][name]), name
+
+
+def test_a_negative_dapu_threshold_is_a_one_line_error(synthetic_raw):
+    with pytest.raises(ValueError, match=r"^<scenario>: method.dapu_threshold: expected a non-negative number, "
+                                         r"got -0.1$"):
+        make(synthetic_raw, "fedu", dapu_threshold=-0.1)
+    make(synthetic_raw, "fedu", dapu_threshold=0.0)  # 0: never the global predictor
