@@ -113,16 +113,23 @@ class WorkerResult:
 def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dict[str, Any],
                      extras: dict[int, Any], client_ids: list[int], ctx: RoundContext,
                      client_states: dict[int, Any] | None = None) -> WorkerResult:
-    """Run the client step of each client in turn in the worker's workspace and pre-aggregate."""
+    """Run the client step of each client in turn in the worker's workspace and pre-aggregate. A
+    client whose training diverged (a non-finite loss, or an upload too large for exact sums) raises
+    ``FloatingPointError`` naming round, client and method, which the engine turns into the run's
+    :class:`WorkerFailure`."""
     result = WorkerResult()
     total = None  # a running sum, on the workspace's device until the end
     for cid in client_ids:
         images, labels = load_client(cid)
         result.samples += len(labels)
         state = (client_states or {}).get(cid)
-        upload = method.client_update(workspace, broadcast, extras.get(cid),
-                                      ClientData(cid, images, labels), ctx, state)
-        total = sum_stats([total, upload.stats])
+        try:
+            upload = method.client_update(workspace, broadcast, extras.get(cid),
+                                          ClientData(cid, images, labels), ctx, state)
+            total = sum_stats([total, upload.stats])
+        except OverflowError as err:  # exact sums refuse it (simulator.stats): as a non-finite loss would
+            raise FloatingPointError(f"round {ctx.round}, client {cid}, method {method.name}: {err}; its local "
+                                     f"training diverged (try a smaller training.lr)") from None
         if upload.record is not None:
             result.records[cid] = upload.record
         if upload.client_state is not None:

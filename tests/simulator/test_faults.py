@@ -400,6 +400,25 @@ def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(
     assert not (run_dir / "summary.json").exists()
 
 
+@pytest.mark.parametrize("executor", ["in_process", "ray"])
+def test_weights_too_large_for_exact_sums_stop_the_run_with_one_line_naming_the_client(ray_session, synthetic_raw,
+                                                                                       tmp_path, capsys, executor):
+    """Training that diverges while its loss stays finite (lr 1e4, gradients clipped) is stopped by the exact sums'
+    range: one line naming round, client and method, as a non-finite loss is, not a traceback."""
+    from simulator.cli import main
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({**synthetic_raw, "executor": executor, "eval": {"enabled": False},
+                                        "training": {**synthetic_raw["training"], "rounds": 2, "lr": 1e4,
+                                                                     "grad_clip_norm": 1.0}}))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("fedssl: error: round 1, client "), err
+    assert "method fedavg: upload 'weights/" in last and "too large for exact aggregation" in last, last
+    assert last.endswith("its local training diverged (try a smaller training.lr); the run stopped, its last good "
+                         "checkpoint is none (it failed before the first)"), last
+
+
 # ---- the parameter server and the evaluator heal ---------------------------------------------
 
 def healing_raw(synthetic_raw):
