@@ -1,8 +1,11 @@
 """``fedssl``: run or validate a scenario, sweep or benchmark it, tabulate finished runs or evaluate them
-again, run and decide a claim suite.
+again, compare two runs value by value (``diff``), run and decide a claim suite, and list every kept
+run against the learning margins (``ledger``).
 
 Bad input (an invalid scenario, missing data, an impossible partition, a used output directory)
-prints one line ``fedssl: error: ...`` and exits with code 2, before anything is written.
+prints one line ``fedssl: error: ...`` and exits with code 2, before anything is written; a usage
+error (an unknown option, a missing argument) prints ``fedssl CMD: error: ...; see fedssl CMD --help``,
+also with code 2.
 """
 from __future__ import annotations
 
@@ -354,7 +357,10 @@ def check_before_running(scenario: dict, source: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    commands = parser()
+    args = commands.parse_args(argv)
+    if args.command == "run" and (args.resume is None) == (args.scenario is None):
+        commands.commands["run"].error("expected a scenario file or --resume RUN_DIR (one of them)")
     if args.command == "report":
         return report(args.runs, args.baseline, plot=args.plot, metrics=args.metrics, margins=args.margins)
     if args.command == "evaluate":
@@ -369,8 +375,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "diff":
         return diff(args)
     try:
-        if args.command == "run" and (args.resume is None) == (args.scenario is None):
-            raise ScenarioError("fedssl run", "-", "expected a scenario file or --resume RUN_DIR (one of them)")
         if args.command == "run" and args.resume:
             args.scenario = resumable(args.resume, args.overrides, args.out)
         scenario = load_scenario(args.scenario, args.overrides)

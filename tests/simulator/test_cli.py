@@ -75,6 +75,8 @@ def test_an_output_path_that_is_a_file_or_lies_under_one_is_refused(synthetic_ra
 @pytest.mark.parametrize("argv, prog, message", [
     (["runn"], "fedssl", "argument command: invalid choice: 'runn'"),
     (["run", "s.yaml", "--bogus"], "fedssl run", "unrecognized arguments: --bogus"),
+    (["run"], "fedssl run", "expected a scenario file or --resume RUN_DIR (one of them)"),
+    (["run", "s.yaml", "--resume", "runs/x"], "fedssl run", "expected a scenario file or --resume RUN_DIR (one of them)"),
     (["report", "a", "b", "--bogus", "-x"], "fedssl report", "unrecognized arguments: --bogus -x"),
     (["claim"], "fedssl claim", "the following arguments are required: suite"),
     (["sweep", "s.yaml", "--out", "x"], "fedssl sweep", "the following arguments are required: --over"),
