@@ -19,20 +19,25 @@ from tests.methods.test_uv import DATA, client_round
 from tests.methods.test_uv import setup as uv_setup
 
 
+def labelled_batch():
+    """(labelled rows of the batch, unlabelled rows, the batch's rows in the client, the client's mask):
+    the batch is rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows labels batch
+    rows 0, 1, 3, 4 (its first six entries are another mask: a batch must read the mask at its rows)."""
+    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
+    rows = torch.tensor([11, 7, 3, 5, 9, 1])
+    client_mask = torch.zeros(12, dtype=torch.bool)
+    client_mask[rows] = labelled
+    assert not torch.equal(client_mask[:BATCH], labelled)
+    return labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1), rows, client_mask
+
+
 def test_semi_supervised_terms_inside_the_method(synthetic_raw):
     # Algorithm 2: plain loss on unlabelled rows, loss within each class on labelled rows,
     # + CE(y | h1) + CE(y | h2) of the label classifier on the labelled rows (and the UV term)
     method, workspace, _ = setup(synthetic_raw, objective="simsiam", uv=True, uv_weight=0.5,
                                  labelled_fraction=0.5)
     online, head = workspace.online, workspace.parts["uv"]
-    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
-    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
-    # (its first six entries are another mask: a batch must read the mask at its rows)
-    rows = torch.tensor([11, 7, 3, 5, 9, 1])
-    client_mask = torch.zeros(12, dtype=torch.bool)
-    client_mask[rows] = labelled
-    assert not torch.equal(client_mask[:BATCH], labelled)
+    lab, unl, rows, client_mask = labelled_batch()
     got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
 
     def reference():
@@ -58,14 +63,7 @@ def test_semi_supervised_ablations_inside_the_method(synthetic_raw, within_class
     method, workspace, _ = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5,
                                  within_class=within_class, label_loss=label_loss)
     online = workspace.online
-    labelled = torch.tensor([True, True, False, True, True, False])  # of the batch's rows
-    lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
-    # the batch: rows 11, 7, 3, ... of a client of 12 samples, whose mask at those rows is `labelled`
-    # (its first six entries are another mask: a batch must read the mask at its rows)
-    rows = torch.tensor([11, 7, 3, 5, 9, 1])
-    client_mask = torch.zeros(12, dtype=torch.bool)
-    client_mask[rows] = labelled
-    assert not torch.equal(client_mask[:BATCH], labelled)
+    lab, unl, rows, client_mask = labelled_batch()
     got, got_grads = value_and_grads(workspace, lambda: method_loss(method, workspace, VIEWS, client_mask, rows))
 
     def reference():
@@ -88,7 +86,7 @@ def test_semi_supervised_ablations_inside_the_method(synthetic_raw, within_class
         assert all(got_grads[k] is None for k in got_grads if k.startswith("label_classifier."))
     full = setup(synthetic_raw, objective="spectral", clip_mu=0.5, labelled_fraction=0.5)
     with torch.no_grad():  # each ablation changes the loss (so the reference above tells them apart)
-        assert abs(method_loss(full[0], full[1], VIEWS, labelled) - got) > 1e-3
+        assert abs(method_loss(full[0], full[1], VIEWS, client_mask[rows]) - got) > 1e-3
 
 
 def test_each_client_trains_with_its_own_labelled_samples(synthetic_raw):
