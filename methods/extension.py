@@ -91,7 +91,9 @@ class Extension:
     def bind(self, workspace: Workspace, objective: Objective, broadcast: Mapping[str, Any], data: ClientData,
              ctx: RoundContext) -> ClientTerm:
         """The extension for client ``data.client_id`` this round (its part of the workspace is
-        ``workspace.parts[name]``), with the objective the client trains."""
+        ``workspace.parts[name]``), with the objective the client trains. Called after the round's
+        start weights are in the workspace (for FedU / FedEMA a mix of the global and the client's
+        own): a term anchored on the global weights reads ``broadcast["weights"]``."""
         raise NotImplementedError
 
     @classmethod

@@ -202,7 +202,8 @@ def failed(err: Exception, then: str | None = None) -> int:
     checkpoint, or the benchmark's plain loop's ``FloatingPointError``."""
     stop = ""
     if hasattr(err, "last_checkpoint"):
-        stop = f"; the run stopped, its last good checkpoint is {err.last_checkpoint or 'none (it failed before the first)'}"
+        checkpoint = err.last_checkpoint or "none (it failed before the first)"
+        stop = f"; the run stopped, its last good checkpoint is {checkpoint}"
     print(f"\nfedssl: error: {err}{stop}{f'; {then}' if then else ''}", file=sys.stderr)
     return 1
 

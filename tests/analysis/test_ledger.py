@@ -222,3 +222,15 @@ def test_outside_a_repository_every_run_is_of_unknown_code(history, tmp_path):
     write_run(runs, "r", load_scenario(plain / "scenarios/quickstart.yaml", ["seed=1"]), 5.0, 3.0, code(c["c5"]))
     text = ledger([runs], plain / "scenarios", parse_margins(None))
     assert "stale or unknown: cleared 1" not in text and "unknown: cleared 1; missed —" in text
+
+
+def test_the_kept_ledger_is_what_fedssl_ledger_prints_at_this_commit(monkeypatch, capsys):
+    """``results/ledger.md`` (after its header) is ``fedssl ledger``'s output for the kept runs and the
+    shipped files: a kept run added, a scenario changed, or a scenario key added whose default older
+    records lack (not listed in ``analysis.claims.ABSENT_MEANS``, so every earlier run stops matching
+    its file) shows here until the ledger is regenerated (README, "Adding a method")."""
+    monkeypatch.chdir(REPO)
+    assert main(["ledger"]) == 0
+    kept = (REPO / "results" / "ledger.md").read_text().splitlines()
+    assert kept[0] == "# The learning ledger" and kept[3] == ""
+    assert capsys.readouterr().out.splitlines() == kept[4:]
