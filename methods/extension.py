@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from methods.base import ClientData, DataSpec, Rule
 from methods.local_training import Workspace
 from methods.objectives import Embedding, Objective
-from methods.params import Params
+from methods.params import Params as MethodParams
 from simulator.context import RoundContext
 
 # The objective's loss of a batch: (embedding, the batch's labels, the batch's rows) -> loss.
@@ -56,17 +56,18 @@ class Extension:
     """A feature that composes with any objective of a method that allows it."""
 
     name: ClassVar[str]
+    Params: ClassVar[type[MethodParams]]  # its method: keys, among the bases of a method's Params that allows it
     sparse_rows: ClassVar[tuple[str, ...]] = ()  # upload keys holding one nonzero row per client
 
-    def __init__(self, config: Params, scenario: Mapping[str, Any], spec: DataSpec):
+    def __init__(self, config: MethodParams, scenario: Mapping[str, Any], spec: DataSpec):
         self.config, self.scenario, self.spec = config, scenario, spec
 
     @classmethod
-    def enabled(cls, config: Params) -> bool:
+    def enabled(cls, config: MethodParams) -> bool:
         raise NotImplementedError
 
     @classmethod
-    def param_rules(cls, config: Params, objective: type[Objective], scenario: Mapping[str, Any]
+    def param_rules(cls, config: MethodParams, objective: type[Objective], scenario: Mapping[str, Any]
                     ) -> list[Rule]:
         return []
 

@@ -107,6 +107,7 @@ class SemiSupervised(Extension):
     """``method.labelled_fraction`` > 0: a labelled fraction of every client's samples."""
 
     name = "semi_supervised"
+    Params = SemiSupervisedParams
 
     @classmethod
     def enabled(cls, config):

@@ -146,6 +146,7 @@ class UV(Extension):
     payload kind ``"heads"``, each client training its own row."""
 
     name = "uv"
+    Params = UVParams
     sparse_rows = (ROWS_KEY,)
 
     @classmethod

@@ -102,3 +102,11 @@ def test_eval_network_is_the_states_encoder_and_projector(synthetic_raw, objecti
     assert {f"online.{k}" for k in network.state_dict()} == weights.keys()
     for k, v in network.state_dict().items():
         assert torch.equal(v, weights[f"online.{k}"])
+
+
+def test_every_extension_s_keys_are_fedavg_s():
+    """An extension's ``Params`` must be among ``FedAvgParams``' bases (else its keys are unknown to
+    the scenario loader and the extension fails when it reads them): registered in both places."""
+    from methods.fedavg import EXTENSIONS, FedAvg, FedAvgParams
+    assert EXTENSIONS and all(issubclass(FedAvgParams, extension.Params) for extension in EXTENSIONS)
+    assert all(name in FedAvg.params for extension in EXTENSIONS for name in extension.Params.defaults())
