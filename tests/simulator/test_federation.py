@@ -87,3 +87,38 @@ def test_round_metrics_mean_the_clients_and_count_every_epoch_s_samples(syntheti
     metrics = server.aggregate(ctx, [result])
     assert metrics["train/loss"] == pytest.approx(sum(losses) / 3, rel=1e-12)
     assert metrics["train/samples"] == 2 * (16 + 8 + 4)
+
+
+class UploadsOf:
+    """A stand-in method whose client ``cid`` uploads ``uploads[cid]`` (a Stats, or an exception)."""
+    name = "stand_in"
+
+    def __init__(self, uploads):
+        self.uploads = uploads
+
+    def client_update(self, workspace, broadcast, extra, data, ctx, state):
+        from methods.base import ClientUpload
+        upload = self.uploads[data.client_id]
+        if isinstance(upload, Exception):
+            raise upload
+        return ClientUpload(stats=upload)
+
+
+@pytest.mark.parametrize("case", ["diverged", "sum"])
+def test_an_upload_past_the_exact_sums_range_names_round_client_and_method(case):
+    """Past the per-client range (its training diverged) or the share's int64 sum: the
+    ``FloatingPointError`` the engine turns into the run's one line, naming round, client and method."""
+    from simulator.stats import Stats
+    ctx = RoundContext(3, 5, (4, 9), 0, freeze({}))
+    near_the_sum_limit = Stats({"x": torch.zeros(1, dtype=torch.int64)}, 1, 2.0 ** 62.5)
+    uploads = ({4: Stats.from_tensors({"x": torch.ones(1)}, 1), 9: OverflowError("upload 'x' is not finite")}
+               if case == "diverged" else {4: near_the_sum_limit, 9: near_the_sum_limit})
+    load = lambda cid: (torch.zeros(2, 1, 4, 4, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64))  # noqa: E731
+    with pytest.raises(FloatingPointError) as err:
+        simulate_clients(UploadsOf(uploads), None, load, {}, {}, [4, 9], ctx)
+    message = str(err.value)
+    assert message.startswith("round 3, client 9, method stand_in: "), message
+    if case == "diverged":
+        assert message.endswith("upload 'x' is not finite; its local training diverged (try a smaller training.lr)")
+    else:
+        assert "too large to sum exactly" in message and "diverged" not in message
