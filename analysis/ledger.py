@@ -37,6 +37,7 @@ from pathlib import Path
 
 from analysis.claims import record_differences
 from analysis.report import learning_verdict, points_over_round0, read_run, t_interval
+from methods.objectives import OBJECTIVES
 from simulator.provenance import git
 from simulator.runlog import read_recorded_scenario
 from simulator.scenario import load_scenario
@@ -70,7 +71,8 @@ def self_supervised_fashion_mnist(scenarios_dir: Path, repo: Path) -> dict[str, 
     shipped = {}
     for path in sorted(scenarios_dir.resolve().rglob("*.yaml")):
         scenario = load_scenario(path)
-        if scenario["dataset"]["name"] == "fashion_mnist" and scenario["method"].get("objective") != "supervised":
+        objective = OBJECTIVES.get(scenario["method"].get("objective"))  # None: a method without the key
+        if scenario["dataset"]["name"] == "fashion_mnist" and not (objective and objective.uses_labels):
             shipped[path.relative_to(repo).as_posix()] = scenario
     return shipped
 
