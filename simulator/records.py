@@ -35,7 +35,7 @@ def is_number(value: Any) -> bool:
 
 POSITIVE_NUMBER = Field(lambda v: is_number(v) and v > 0, "a positive number")
 NON_NEGATIVE_NUMBER = Field(lambda v: is_number(v) and v >= 0, "a non-negative number")
-POSITIVE_INTEGER = Field(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a positive integer")
+POSITIVE_INTEGER = Field(lambda v: type(v) is int and v >= 1, "a positive integer")  # an int, not a bool
 STRING = Field(lambda v: isinstance(v, str), "a string")
 
 

@@ -73,9 +73,8 @@ def read_recorded_scenario(run_dir: Path) -> dict[str, Any]:
     from simulator.scenario import ScenarioError, read_yaml
     path = run_dir / "scenario.yaml"
     recorded = read_yaml(path)
-    seed = recorded.get("seed") if isinstance(recorded, dict) else None
     if not isinstance(recorded, dict) or not isinstance(recorded.get("name"), str) \
-            or not isinstance(seed, int) or isinstance(seed, bool):
+            or type(recorded.get("seed")) is not int:  # an int, not a bool
         raise ScenarioError(str(path), "-", "expected the resolved scenario fedssl run writes (a mapping with "
                                             "name and seed)")
     return recorded

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from simulator.records import (GPU_COUNT, NON_NEGATIVE_NUMBER, POSITIVE_INTEGER, POSITIVE_NUMBER, STRING, RecordError,
-                               check_records)
+                               check_records, is_number)
 
 DEFAULTS: dict[str, Any] = {
     "name": "unnamed",
@@ -260,10 +260,10 @@ def check_list(key: str, value: list, source: str) -> list:
     if key in RECORD_LISTS:
         fields, options = RECORD_LISTS[key]
         try:
-            return list(check_records(value, fields, **options))
+            return check_records(value, fields, **options)
         except RecordError as err:
             raise ScenarioError(source, key + err.where, err.message) from None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if not all(map(is_number, value)):
         raise ScenarioError(source, key, f"expected a list of numbers, got {value!r}")
     return value
 
