@@ -123,16 +123,16 @@ def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dic
         images, labels = load_client(cid)
         result.samples += len(labels)
         state = (client_states or {}).get(cid)
-        who = f"round {ctx.round}, client {cid}, method {method.name}"
         try:
             upload = method.client_update(workspace, broadcast, extras.get(cid),
                                           ClientData(cid, images, labels), ctx, state)
         except OverflowError as err:  # its upload is past the exact sums' range: as a non-finite loss would
-            raise FloatingPointError(f"{who}: {err}; its local training diverged (try a smaller training.lr)") from None
+            raise FloatingPointError(f"round {ctx.round}, client {cid}, method {method.name}: {err}; its local "
+                                     f"training diverged (try a smaller training.lr)") from None
         try:
             total = sum_stats([total, upload.stats])
         except OverflowError as err:  # the share's sum would pass int64 (simulator.stats)
-            raise FloatingPointError(f"{who}: {err}") from None
+            raise FloatingPointError(f"round {ctx.round}, client {cid}, method {method.name}: {err}") from None
         if upload.record is not None:
             result.records[cid] = upload.record
         if upload.client_state is not None:
