@@ -118,10 +118,7 @@ class BYOL(_WithPredictor):
     name = "byol"
     uses_target = True
     regressed = "target_z"  # the EMA target's projection
-
-    @staticmethod
-    def pair_loss(p1, p2, z1, z2):
-        return byol_loss(p1, p2, z1, z2)
+    pair_loss = staticmethod(byol_loss)
 
     def embed(self, online, target, views):
         embedding = super().embed(online, target, views)
@@ -135,10 +132,7 @@ class SimSiam(_WithPredictor):
 
     name = "simsiam"
     regressed = "z"  # the online projection, its gradient stopped by the loss
-
-    @staticmethod
-    def pair_loss(p1, p2, z1, z2):
-        return simsiam_loss(p1, p2, z1, z2)
+    pair_loss = staticmethod(simsiam_loss)
 
 
 class Supervised(Objective):
