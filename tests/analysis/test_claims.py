@@ -517,3 +517,38 @@ def test_a_deadline_stops_the_run_under_way_at_a_round_end_and_a_later_call_resu
     assert calls == [(1, 0.05, str(stopped_run)), (1, 0.01, None)]
     assert json.loads((stopped_run / "summary.json").read_text())["rounds_completed"] == 6
     assert "**Claim " in second.out and "Interim" not in second.out
+
+
+# ---- the kept reports ----------------------------------------------------------------------
+
+KEPT_REPORTS = sorted((REPO / "results" / "claims").glob("*.md"))
+# Reports whose runs were never kept in the repository (their "Suite" line names a scratch folder).
+RUNS_NOT_KEPT = {"fedsc_dp_crop035.md", "fedsc_partial_crop035.md", "orchestra_lr005.md", "orchestra_r20.md"}
+
+
+def suite_and_runs(report: Path) -> tuple[str, str]:
+    """The suite file and runs folder a report's "Suite `S`; runs in `R`;" line names."""
+    line = next(line for line in report.read_text().splitlines() if line.startswith("Suite `"))
+    suite, runs = line.split("`")[1], line.split("`")[3]
+    return suite, runs
+
+
+def test_the_reports_whose_runs_are_not_kept_are_the_known_ones():
+    """A new report naming runs outside ``results/runs`` would escape the check below: it must be
+    listed here on purpose."""
+    outside = {r.name for r in KEPT_REPORTS if not suite_and_runs(r)[1].startswith("results/runs/")}
+    assert outside == RUNS_NOT_KEPT
+
+
+@pytest.mark.parametrize("report", [r for r in KEPT_REPORTS if r.name not in RUNS_NOT_KEPT], ids=lambda r: r.name)
+def test_a_kept_report_is_what_fedssl_claim_prints_from_its_kept_runs(report, monkeypatch, capsys):
+    """Each report in ``results/claims/`` (from its "# Claim" line on; the notes above it are by hand)
+    is what ``fedssl claim SUITE --runs-dir RUNS --no-run`` prints from the runs kept in the
+    repository: a changed suite, a kept run changed or removed, or a change to the report's code shows
+    here until the report is regenerated (and its change said in its notes)."""
+    suite, runs = suite_and_runs(report)
+    monkeypatch.chdir(REPO)
+    assert main(["claim", suite, "--runs-dir", runs, "--no-run"]) == 0
+    text = report.read_text().splitlines()
+    body = text[next(i for i, line in enumerate(text) if line.startswith("# Claim")):]
+    assert capsys.readouterr().out.splitlines() == body
