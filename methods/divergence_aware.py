@@ -42,9 +42,11 @@ import torch
 from torch import Tensor
 
 from methods.fedavg import FedAvg, FedAvgParams
+from methods.objectives import objectives_with
 from simulator.context import RoundContext
 
 ONLINE, TARGET = "online.", "target."
+WITH_TARGET_AND_PREDICTOR = objectives_with(uses_target=True, has_predictor=True)
 
 
 def divergence(start: dict[str, Tensor], end: dict[str, Tensor]) -> float:
@@ -70,7 +72,8 @@ class DivergenceAware(FedAvg):
     @classmethod
     def param_rules(cls, config, scenario):
         return [*super().param_rules(config, scenario),
-                ("objective", config.objective == "byol", "byol (an online predictor and an EMA target)"),
+                ("objective", config.objective in WITH_TARGET_AND_PREDICTOR,
+                 f"{' or '.join(WITH_TARGET_AND_PREDICTOR)} (an online predictor and an EMA target)"),
                 ("uv", not config.uv, "false (the client keeps its own networks)")]
 
     def start_weights(self, workspace, global_weights, client_state, ctx):

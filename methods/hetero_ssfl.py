@@ -77,7 +77,7 @@ from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, li
 from methods.networks import build_networks, make_workspace
 from methods.objective_step import train_objective
 from methods.params import Params, records
-from methods.objectives import Objective, build_objective, project
+from methods.objectives import Objective, build_objective, objectives_with, project
 from methods.weight_averaging import flat_state
 from simulator.augment import BatchAugment, to_float
 from simulator.context import RoundContext, derive_seed
@@ -85,6 +85,9 @@ from simulator.evaluation.metrics import extract_features
 from simulator.models import ENCODERS
 from simulator.records import POSITIVE_NUMBER, one_of
 from simulator.stats import Stats
+
+ALIGNABLE = objectives_with(has_predictor=True)  # Hetero-SSFL aligns the predictor's outputs
+
 
 @dataclass(frozen=True)
 class Tier:
@@ -200,7 +203,7 @@ class HeteroSSFL(Method):
     def param_rules(cls, config, scenario):
         c = config
         return [
-            ("objective", c.objective in ("byol", "simsiam"), "byol or simsiam (a predictor to align)"),
+            ("objective", c.objective in ALIGNABLE, f"{' or '.join(ALIGNABLE)} (a predictor to align)"),
             ("mu", c.mu >= 0, "a non-negative number"),
             ("rad_size", c.rad_size >= 2, "an integer >= 2"),
             ("rad_batch_size", c.rad_batch_size >= 2, "an integer >= 2"),

@@ -50,6 +50,7 @@ class Objective(Networks):
     name = ""
     num_views = 2
     uses_labels = False
+    has_predictor = False
 
     def embed(self, online: nn.ModuleDict, target: nn.ModuleDict | None, views: list[Tensor]) -> Embedding:
         """Backbone features and projections of every view."""
@@ -95,6 +96,8 @@ class Spectral(Objective):
 
 
 class _WithPredictor(Objective):
+    has_predictor = True
+
     def build(self, encoder):
         networks = super().build(encoder)
         networks["predictor"] = mlp(self.projector_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.hidden_norm)
@@ -156,6 +159,13 @@ class Supervised(Objective):
 
 
 OBJECTIVES = {cls.name: cls for cls in (SimCLR, Spectral, BYOL, SimSiam, Supervised)}
+
+
+def objectives_with(**capabilities: bool) -> list[str]:
+    """The names of the objectives whose class attributes have these values (e.g. ``has_predictor=True``),
+    for a method that needs what they build rather than one objective by name."""
+    return [name for name, cls in OBJECTIVES.items()
+            if all(getattr(cls, key) == value for key, value in capabilities.items())]
 
 
 def build_objective(config: Params, scenario: Mapping[str, Any], num_classes: int) -> Objective:

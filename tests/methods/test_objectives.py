@@ -260,3 +260,19 @@ def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_
     for names in (broadcast["weights"], [name.split("/", 1)[1] for name in uploaded]):
         assert any(name.endswith("projector.1.running_mean") for name in names) == (head_norm == "batch")
     assert not any(name.endswith("num_batches_tracked") for name in uploaded)
+
+
+def test_objectives_are_chosen_by_what_they_build(monkeypatch):
+    """A method needing a predictor (Hetero-SSFL) or a predictor and an EMA target (FedU, FedEMA) takes
+    every objective that builds them, not a list of names: one added to ``OBJECTIVES`` is taken too."""
+    from methods.objectives import BYOL, OBJECTIVES, objectives_with
+    assert objectives_with(has_predictor=True) == ["byol", "simsiam"]
+    assert objectives_with(uses_target=True, has_predictor=True) == ["byol"]
+    assert objectives_with(has_predictor=False, uses_labels=False) == ["simclr", "spectral"]
+    encoder = torch.nn.Linear(3, 3)
+    encoder.out_dim = 3
+    for name, cls in OBJECTIVES.items():  # what each builds agrees with its flag
+        built = cls(None, {"hidden_dim": 8, "projector_dim": 4, "head_norm": "none"}, 10).build(encoder)
+        assert ("predictor" in built) == cls.has_predictor, name
+    monkeypatch.setitem(OBJECTIVES, "byol_copy", type("ByolCopy", (BYOL,), {"name": "byol_copy"}))
+    assert objectives_with(uses_target=True, has_predictor=True) == ["byol", "byol_copy"]
