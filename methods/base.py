@@ -10,6 +10,7 @@ are ``"<kind>/<name>"`` for the same reason.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -168,6 +169,11 @@ class Method:
                 check_records(config.get(key, ()), fields, distinct=distinct)
             except RecordError as err:
                 raise ParamError(key + err.where, err.message) from None
+        for key in cls.Params.defaults():  # no method's number is infinite or NaN (the rules compare finite ones)
+            value = config.get(key)
+            numbers = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+                raise ParamError(key, f"expected {'finite numbers' if numbers is value else 'a finite number'}, got {value!r}")
         for key, ok, expected in cls.param_rules(cls.Params.from_config(config), scenario):
             if not ok:
                 raise ParamError(key, f"expected {expected}, got {config[key]!r}")

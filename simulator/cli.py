@@ -339,8 +339,9 @@ def check_before_running(scenario: dict, source: str) -> None:
     ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`)."""
     from methods import METHODS
     from methods.base import ParamError
-    from simulator.data.store import prepare_partition
+    from simulator.data.store import PartitionReader, prepare_partition
     from simulator.held_out import HeldOutImages
+    from simulator.runlog import check_directory_path
     if scenario["executor"] == "ray":  # an in-process run never imports Ray
         from simulator.engine import own_instance_room
         if (no_room := own_instance_room(scenario)) is not None:
@@ -351,10 +352,20 @@ def check_before_running(scenario: dict, source: str) -> None:
         method.check_data(method.Params.from_config(scenario["method"]), HeldOutImages.of(scenario))
     except ParamError as err:
         raise ScenarioError(source, f"method.{err.key}", err.message) from None
+    for key, path in (("output.dir", scenario["output"]["dir"]), ("dataset.cache_dir", scenario["dataset"]["cache_dir"])):
+        try:
+            check_directory_path(Path(path).expanduser(), key)
+        except FileExistsError as err:
+            raise ScenarioError(source, key, str(err)) from None
     try:
-        prepare_partition(scenario)
+        sizes = PartitionReader(prepare_partition(scenario)).sizes
     except ValueError as err:  # raised by partitioners for impossible settings
         raise ScenarioError(source, "partition", str(err)) from None
+    training = scenario["training"]
+    if training["drop_last"] and training["batch_size"] > sizes.max():
+        raise ScenarioError(source, "training.batch_size",
+                            f"expected at most {sizes.max()} (the largest client's samples) with training.drop_last, "
+                            f"which skips incomplete batches: no client would take a step; got {training['batch_size']}")
 
 
 def main(argv: list[str] | None = None) -> int:

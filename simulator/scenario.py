@@ -78,7 +78,7 @@ POSITIVE = {"population.num_clients", "population.clients_per_round", "training.
             "eval.label_draws", "eval.finetune_batch_size", "eval.finetune_lr",
             "population.diurnal_period", "population.deadline_seconds", "ray.share_timeout_seconds",
             "eval.knn_temperature", "eval.label_knn_k"}
-NON_NEGATIVE = {"training.momentum", "training.weight_decay", "training.grad_clip_norm", "ray.worker.num_cpus",
+NON_NEGATIVE = {"seed", "training.momentum", "training.weight_decay", "training.grad_clip_norm", "ray.worker.num_cpus",
                 "eval.finetune_steps",
                 "ray.worker.num_gpus", "augment.brightness",
                 "augment.contrast", "augment.saturation", "population.availability_spread",
@@ -299,6 +299,16 @@ def check_values(scenario: dict, source: str) -> None:
             raise ScenarioError(source, key, f"expected a non-negative number, got {value!r}")
         if key in PROBABILITIES and not 0 <= value <= 1:
             raise ScenarioError(source, key, f"expected a probability in [0, 1], got {value!r}")
+    if "/" in scenario["name"] or "\0" in scenario["name"]:
+        raise ScenarioError(source, "name", f"expected a name without '/' or NUL (it names the run directory "
+                                            f"inside output.dir), got {scenario['name']!r}")
+    training = scenario["training"]
+    if training["batch_size"] < 2:
+        raise ScenarioError(source, "training.batch_size",
+                            f"expected an integer >= 2 (a batch of one sample is skipped: batch statistics need two), "
+                            f"got {training['batch_size']!r}")
+    if not training["momentum"] < 1:
+        raise ScenarioError(source, "training.momentum", f"expected a number in [0, 1), got {training['momentum']!r}")
     population = scenario["population"]
     if population["clients_per_round"] > population["num_clients"]:
         raise ScenarioError(source, "population.clients_per_round",

@@ -17,6 +17,22 @@ def test_every_method_with_an_objective_rejects_an_unknown_one_as_a_param_error(
         METHODS[name].check_params(config, {"training": {"rounds": 10}})
 
 
+FLOAT_KEYS = sorted((name, key) for name, m in METHODS.items() for key, default in m.params.items()
+                    if isinstance(default, float) or (isinstance(default, list) and default
+                                                      and all(isinstance(v, float) for v in default)))
+
+
+@pytest.mark.parametrize("name, key", FLOAT_KEYS, ids=[f"{n}.{k}" for n, k in FLOAT_KEYS])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_every_float_parameter_rejects_infinity_and_nan(name, key, bad):
+    """A method's number that is infinite or NaN is one line, before its rules (which compare it,
+    and an infinite learning rate or noise multiplier would pass ``> 0``)."""
+    default = METHODS[name].params[key]
+    config = {**METHODS[name].params, key: [default[0], bad, *default[2:]] if isinstance(default, list) else bad}
+    with pytest.raises(ParamError, match=rf"^method.{key}: expected (a finite number|finite numbers), got "):
+        METHODS[name].check_params(config, {"training": {"rounds": 10}})
+
+
 def test_bytes_by_kind_sums_the_uploads_tensors_per_payload_kind():
     """The bytes a client sends, per payload kind: 4 per summed value (one row of a ``sparse_rows``
     matrix), and each record's tensors at their own element size, however nested."""

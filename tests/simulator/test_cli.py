@@ -43,7 +43,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(synthetic_raw, tmp_path
         # a mistyped root is an error even where the system copy of Fashion-MNIST exists
         ({**synthetic_raw, "dataset": {"name": "fashion_mnist", "root": str(tmp_path / "typo")}},
          f"dataset.root {tmp_path / 'typo'} is not a directory"),
+        # with drop_last a batch larger than every client trains nothing
+        ({**synthetic_raw, "training": {**synthetic_raw["training"], "drop_last": True, "batch_size": 10**6}},
+         "(the largest client's samples) with training.drop_last, which skips incomplete batches: no client would "
+         "take a step; got 1000000"),
+        ({**synthetic_raw, "output": {"dir": str(tmp_path / "notes.txt" / "runs")}},
+         f"output.dir: {tmp_path / 'notes.txt' / 'runs'}: lies under the file {tmp_path / 'notes.txt'}"),
+        ({**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "cache_dir": str(tmp_path / "notes.txt")}},
+         f"dataset.cache_dir: {tmp_path / 'notes.txt'}: is a file; expected a directory"),
     ]
+    (tmp_path / "notes.txt").write_text("data")
     for raw, expected in cases:
         code = main(["run", str(write(tmp_path, raw)), "--out", str(out)])
         err = capsys.readouterr().err
@@ -51,6 +60,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(synthetic_raw, tmp_path
         assert err.startswith("fedssl: error: ") and expected in err
         assert err.count("\n") == 1, err
         assert not out.exists()
+    assert (tmp_path / "notes.txt").read_text() == "data"
 
 
 def test_used_output_directory_is_refused(synthetic_raw, tmp_path, capsys):
