@@ -17,8 +17,7 @@ from simulator.federation import Server
 from simulator.resources import threads
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec
-from simulator.runlog import check_run_dir, latest_checkpoint, read_checkpoint, read_client_state
-from simulator.scenario import load_scenario
+from simulator.runlog import check_run_dir, latest_checkpoint, load_recorded_scenario, read_checkpoint, read_client_state
 
 
 def evaluation_overrides(overrides: list[str]) -> list[str]:
@@ -38,7 +37,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise ValueError(f"{run_dir}: no checkpoint to evaluate (the run stopped before its first)")
-    scenario = load_scenario(run_dir / "scenario.yaml", evaluation_overrides(list(overrides)))
+    scenario = load_recorded_scenario(run_dir, evaluation_overrides(list(overrides)))
     saved = read_checkpoint(checkpoint)
     server = Server(build_method(scenario, data_spec(prepare_partition(scenario), scenario)))
 

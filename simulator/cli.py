@@ -224,7 +224,7 @@ def stopped(err: BaseException, then: str | None = None) -> int:
 
 def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
-    from simulator.runlog import check_run_dir
+    from simulator.runlog import check_run_dir, checkpoint_round, latest_checkpoint, load_recorded_scenario
     path = Path(run_dir)
     if overrides:
         raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
@@ -233,6 +233,12 @@ def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     check_run_dir(path)
     if (path / "summary.json").exists():
         raise ScenarioError(run_dir, "-", "the run has finished (summary.json exists); nothing to resume")
+    rounds = load_recorded_scenario(path)["training"]["rounds"]
+    checkpoint = latest_checkpoint(path)
+    if checkpoint is not None and checkpoint_round(checkpoint) > rounds:
+        raise ScenarioError(str(path / "scenario.yaml"), "training.rounds",
+                            f"expected at least {checkpoint_round(checkpoint)} (the round of its newest checkpoint, "
+                            f"{checkpoint}), got {rounds}")
     return str(path / "scenario.yaml")
 
 
@@ -242,7 +248,7 @@ def claim(args) -> int:
 
     from analysis.claims import arm_scenarios, read_suite, restrict_to_arms, run_missing, run_states, stale_notes
     from simulator.data.datasets import DatasetUnavailable
-    from simulator.runlog import check_directory_path
+    from simulator.runlog import check_directory_path, load_recorded_scenario
     from simulator.deadline import Deadline, stop_at
     try:
         deadline = Deadline.parse(args.until) if args.until is not None else None
@@ -262,7 +268,7 @@ def claim(args) -> int:
             if state.state == "new":
                 check_before_running(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
             elif state.state == "interrupted":
-                check_before_running(load_scenario(state.run_dir / "scenario.yaml"), str(state.run_dir / "scenario.yaml"))
+                check_before_running(load_recorded_scenario(state.run_dir), str(state.run_dir / "scenario.yaml"))
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

@@ -22,8 +22,8 @@ from simulator.progress import Progress
 from simulator.provenance import code_version
 from simulator.resources import memory_mb, process_start_time
 from simulator.scenario import ScenarioError, fraction_suffix
-from simulator.runlog import (RunLog, latest_checkpoint, new_run_dir, read_checkpoint, restore_client_states,
-                              write_checkpoint, write_summary)
+from simulator.runlog import (RunLog, checkpoint_round, latest_checkpoint, new_run_dir, read_checkpoint,
+                              restore_client_states, write_checkpoint, write_summary)
 
 
 def data_spec(partition_dir: Path, scenario: dict[str, Any]) -> DataSpec:
@@ -62,7 +62,7 @@ class RunStopped(Exception):
         checkpoint = latest_checkpoint(self.run_dir)
         if checkpoint is None:
             return f"it has no checkpoint yet (output.checkpoint_every), so a resume starts it over; {command}"
-        saved = int(checkpoint.name.removeprefix("round_"))
+        saved = checkpoint_round(checkpoint)
         if self.last_round is not None and saved < self.last_round:
             return f"its last checkpoint is of round {saved}, the rounds since are played again; {command}"
         return command

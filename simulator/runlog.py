@@ -80,6 +80,15 @@ def read_recorded_scenario(run_dir: Path) -> dict[str, Any]:
     return recorded
 
 
+def load_recorded_scenario(run_dir: Path, overrides: list[str] = ()) -> dict[str, Any]:
+    """A run's scenario resolved to run or evaluate it again (resume, ``fedssl evaluate``), after
+    :func:`read_recorded_scenario`'s check: a damaged file lacking its seed is an error, never the
+    default seed's run continued from the checkpoint of another."""
+    from simulator.scenario import load_scenario
+    read_recorded_scenario(run_dir)
+    return load_scenario(run_dir / "scenario.yaml", list(overrides))
+
+
 def check_directory_path(path: str | Path, option: str) -> None:
     """Raise ``FileExistsError`` if ``path`` (given as ``option``) cannot be a directory: it, or the
     nearest of its parents that exists, is a file."""
@@ -239,6 +248,11 @@ def write_checkpoint(run_dir: Path, round_index: int, payload: dict[str, Any],
 def latest_checkpoint(run_dir: Path) -> Path | None:
     found = sorted((run_dir / "checkpoints").glob("round_*/state.pt"))
     return found[-1].parent if found else None
+
+
+def checkpoint_round(checkpoint: Path) -> int:
+    """The round a checkpoint directory (``round_00010``) holds the state after."""
+    return int(checkpoint.name.removeprefix("round_"))
 
 
 def restore_client_states(checkpoint: Path, client_state_dir: Path) -> None:

@@ -150,3 +150,17 @@ def test_a_checkpoint_that_cannot_be_read_is_one_line_in_evaluate_and_resume(tin
     err = capsys.readouterr().err
     assert err.startswith(expected) and err.count("\n") == 1, err
     assert listing(run_dir) == before  # nothing lost or rewritten
+
+
+def test_a_scenario_yaml_without_its_seed_is_one_line_not_the_default_seeds_evaluation(tiny_run, tmp_path, capsys):
+    """The recorded scenario is checked as ``report`` checks it: a damaged one lacking its seed would
+    otherwise be evaluated as seed 0's run (its partition, evaluation draws) with this run's networks."""
+    import shutil
+    import yaml
+    run_dir = tmp_path / "copy"
+    shutil.copytree(tiny_run, run_dir)
+    recorded = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump({k: v for k, v in recorded.items() if k != "seed"}))
+    assert main(["evaluate", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {run_dir / 'scenario.yaml'}: -: expected the resolved scenario "
+                                       f"fedssl run writes (a mapping with name and seed)\n")

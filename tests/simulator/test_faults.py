@@ -360,9 +360,10 @@ def test_a_resumed_run_names_the_numerics_and_code_of_the_session_it_began_in(sy
     assert newest["code"] == sorted([earlier_code, code_version()])
 
 
-def test_resume_refuses_a_finished_run(ray_session, synthetic_raw, tmp_path, capsys):
+def test_resume_refuses_a_finished_run_and_a_damaged_or_shortened_scenario(ray_session, synthetic_raw, tmp_path, capsys):
     from simulator.cli import main
-    run_dir, _ = run_scenario(resolve({**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 1}}),
+    run_dir, _ = run_scenario(resolve({**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 2},
+                                       "eval": {**synthetic_raw["eval"], "enabled": False}}),
                               str(tmp_path / "done"), progress=False)
     assert main(["run", "--resume", str(run_dir)]) == 2
     assert "nothing to resume" in capsys.readouterr().err
@@ -376,6 +377,20 @@ def test_resume_refuses_a_finished_run(ray_session, synthetic_raw, tmp_path, cap
     assert main(["run", "--resume", str(tmp_path)]) == 2  # a folder that holds no run
     assert capsys.readouterr().err == (f"fedssl: error: {tmp_path}: -: not a run directory (no scenario.yaml); "
                                        f"expected a directory written by fedssl run\n")
+    recorded = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    # a damaged scenario.yaml is no scenario of defaults (its seed 3 would go on as seed 0's run) ...
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump({k: v for k, v in recorded.items() if k != "seed"}))
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {run_dir / 'scenario.yaml'}: -: expected the resolved scenario "
+                                       f"fedssl run writes (a mapping with name and seed)\n")
+    # ... and its rounds cannot end before the checkpoint it resumes from (the summary would say 1 of round 1's
+    # state, holding round 2's)
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump({**recorded, "training": {**recorded["training"], "rounds": 1}}))
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {run_dir / 'scenario.yaml'}: training.rounds: expected at least 2 "
+                                       f"(the round of its newest checkpoint, {run_dir / 'checkpoints' / 'round_00002'}), "
+                                       f"got 1\n")
+    assert not (run_dir / "summary.json").exists()
 
 
 def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(ray_session, synthetic_raw,
