@@ -185,7 +185,9 @@ def apply_override(raw: dict, item: str) -> None:
     node = raw
     parts = key.split(".")
     for part in parts[:-1]:
-        node = node.setdefault(part, {})
+        if node.get(part) is None:  # absent, or a section written empty
+            node[part] = {}
+        node = node[part]
         if not isinstance(node, dict):
             raise ScenarioError("--set", key, f"{part!r} is not a section")
     try:
@@ -229,8 +231,8 @@ def merge(defaults: dict, raw: Any, source: str, prefix: str) -> dict:
                                 f"unknown key; expected one of {', '.join(defaults)}")
     for key, default in defaults.items():
         dotted = prefix + key
-        if isinstance(default, dict):
-            out[key] = merge(default, raw.get(key, {}), source, dotted + ".")
+        if isinstance(default, dict):  # a section written empty (``training:``) keeps its defaults
+            out[key] = merge(default, {} if raw.get(key) is None else raw[key], source, dotted + ".")
         else:
             out[key] = check_type(dotted, raw.get(key, default), default, source)
     return out

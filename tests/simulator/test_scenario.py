@@ -94,6 +94,19 @@ def test_errors_name_file_key_and_expectation(tmp_path, raw, key, expected):
     assert "\n" not in message
 
 
+def test_a_section_written_empty_keeps_its_defaults_and_takes_overrides(tmp_path):
+    """``training:`` with its keys commented out is YAML's null: the section's defaults, as ``method:``."""
+    plain = load_scenario(write(tmp_path, {"name": "x"}))
+    path = tmp_path / "empty_sections.yaml"
+    path.write_text("name: x\ntraining:\n#  lr: 0.1\nray:\n  worker:\n")
+    scenario = load_scenario(path)
+    assert scenario["training"] == plain["training"] and scenario["ray"] == plain["ray"]
+    assert load_scenario(path, ["training.lr=0.2", "ray.worker.num_cpus=2"])["training"]["lr"] == 0.2
+    path.write_text("name: x\ntraining: 3\n")  # a section given as a value is still an error
+    with pytest.raises(ScenarioError, match="training: expected a mapping, got int"):
+        load_scenario(path)
+
+
 def test_set_overrides_parse_yaml_values(tmp_path):
     scenario = load_scenario(write(tmp_path, {}), ["training.rounds=7", "ray.address=auto",
                                                    "method.objective=byol", "eval.train_subset=1000"])
