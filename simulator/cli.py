@@ -38,6 +38,13 @@ class OneLineParser(argparse.ArgumentParser):
         return parsed
 
 
+def path_argument(text: str) -> str:
+    """A file or directory option's value: not empty (``--out ''`` meant the current directory), no NUL."""
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="fedssl", description="Federated self-supervised learning simulator")
     sub = p.add_subparsers(dest="command", required=True)
@@ -47,8 +54,8 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a scenario key, e.g. --set training.rounds=5 (repeatable)")
         if name == "run":
-            cmd.add_argument("--out", help="run directory (default: <output.dir>/<name>-<timestamp>)")
-            cmd.add_argument("--resume", metavar="RUN_DIR",
+            cmd.add_argument("--out", type=path_argument, help="run directory (default: <output.dir>/<name>-<timestamp>)")
+            cmd.add_argument("--resume", metavar="RUN_DIR", type=path_argument,
                              help="continue an interrupted run from its newest checkpoint")
             cmd.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     sweep = sub.add_parser("sweep", help="run a scenario over a grid of values; table and plots")
@@ -56,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--over", action="append", required=True, metavar="KEY=V1,V2,...",
                        help="a swept key and its values (repeatable: the grid is their product)")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    sweep.add_argument("--out", required=True, help="directory for the runs, sweep.parquet, sweep.md, plots")
+    sweep.add_argument("--out", required=True, type=path_argument, help="directory for the runs, sweep.parquet, sweep.md, plots")
     bench = sub.add_parser("benchmark", help="the simulator's throughput against a plain training loop")
     bench.add_argument("scenario", help="scenario YAML file")
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -72,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
                            help="a learning margin over the run's round-0 network (repeatable; default: "
                                 "linear_top1=4 and knn_top1=2, the protocol's)")
         if name == "report":
-            table.add_argument("--plot", metavar="DIR",
+            table.add_argument("--plot", metavar="DIR", type=path_argument,
                                help="also write learning curves (mean ± std over seeds) to DIR: PNGs, curves.parquet")
             table.add_argument("--metric", dest="metrics", action="append", metavar="NAME",
                                help="a metrics.parquet name to plot (repeatable; default: kNN, linear probe, loss)")
@@ -92,7 +99,7 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("run_b", help="run directory (compared up to the last round both logged)")
     claim = sub.add_parser("claim", help="run a claim suite's unfinished runs, then print its table and verdict")
     claim.add_argument("suite", help="claim suite YAML file (claims/*.yaml)")
-    claim.add_argument("--runs-dir", metavar="DIR", help="directory of the suite's runs (default: the suite's out)")
+    claim.add_argument("--runs-dir", metavar="DIR", type=path_argument, help="directory of the suite's runs (default: the suite's out)")
     claim.add_argument("--progress", action="store_true", help="per-round progress lines of each run")
     claim.add_argument("--arms", metavar="A,B,...", help="only these arms of the suite (run and shown), with the "
                                                          "comparisons between them; they must include a deciding "

@@ -90,6 +90,12 @@ def test_an_output_path_that_is_a_file_or_lies_under_one_is_refused(synthetic_ra
     (["report", "a", "b", "--bogus", "-x"], "fedssl report", "unrecognized arguments: --bogus -x"),
     (["claim"], "fedssl claim", "the following arguments are required: suite"),
     (["sweep", "s.yaml", "--out", "x"], "fedssl sweep", "the following arguments are required: --over"),
+    # an empty path was the current directory ("run directory: ." or ": output directory is not empty")
+    (["run", "s.yaml", "--out", ""], "fedssl run", "argument --out: expected a path, got ''"),
+    (["run", "--resume", ""], "fedssl run", "argument --resume: expected a path, got ''"),
+    (["sweep", "s.yaml", "--over", "seed=1,2", "--out", ""], "fedssl sweep", "argument --out: expected a path, got ''"),
+    (["report", "r", "--plot", ""], "fedssl report", "argument --plot: expected a path, got ''"),
+    (["claim", "c.yaml", "--runs-dir", "a\0b"], "fedssl claim", "argument --runs-dir: expected a path, got 'a\\x00b'"),
 ])
 def test_a_usage_error_is_one_line_exit_2(capsys, argv, prog, message):
     with pytest.raises(SystemExit) as exit_:
