@@ -58,6 +58,11 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "summary.json"
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except OSError as err:  # e.g. a directory of that name
+        raise ScenarioError(str(path), "-", f"cannot read the file ({err.strerror}); expected the summary that "
+                                            f"fedssl run writes") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ScenarioError(str(path), "-", f"not valid JSON ({err}); expected the summary that fedssl run "
                                             f"writes") from None
@@ -92,6 +97,8 @@ def load_recorded_scenario(run_dir: Path, overrides: list[str] = ()) -> dict[str
 def check_directory_path(path: str | Path, option: str) -> None:
     """Raise ``FileExistsError`` if ``path`` (given as ``option``) cannot be a directory: it, or the
     nearest of its parents that exists, is a file."""
+    if Path(path).is_symlink() and not Path(path).exists():
+        raise FileExistsError(f"{path}: is a symbolic link to a missing path; expected a directory for {option}")
     existing = Path(path)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -72,6 +72,9 @@ def test_an_out_that_holds_files_or_lies_under_a_file_is_refused(tmp_path):
     with pytest.raises(FileExistsError, match=re.escape(f"lies under the file {tmp_path / 'notes.txt'}; "
                                                         f"expected a directory for --dir")):
         runlog.check_directory_path(tmp_path / "notes.txt" / "a" / "b", "--dir")
+    (tmp_path / "link").symlink_to(tmp_path / "gone" / "run")  # mkdir would fail on it after Ray started
+    with pytest.raises(FileExistsError, match="link: is a symbolic link to a missing path; expected a directory for --out"):
+        runlog.check_out(tmp_path / "link")
 
 
 @pytest.mark.parametrize("recorded", [
@@ -96,6 +99,9 @@ def test_the_summary_reads_back_and_a_damaged_one_is_an_error_naming_it(tmp_path
             runlog.read_summary(tmp_path)
     path.unlink()
     with pytest.raises(FileNotFoundError):
+        runlog.read_summary(tmp_path)
+    path.mkdir()  # a directory of its name: one line naming it, not the raw errno text
+    with pytest.raises(ScenarioError, match=f"{re.escape(str(path))}: -: cannot read the file \\(Is a directory\\)"):
         runlog.read_summary(tmp_path)
 
 
