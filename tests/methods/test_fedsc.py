@@ -129,6 +129,7 @@ def test_alpha_decays_linearly_over_the_rounds(synthetic_raw):
     (3, 1, 2, 2),  # rounds 1 and 3: the last round shares
     (4, 0, 2, 3),  # the setup round 0, then 2 and 4 (round 1 would share the setup round's weights again)
     (5, 2, 1, 4),  # rounds 2, 3, 4, 5
+    (4, 0, 1, 4),  # the defaults: the setup round 0, then 2, 3, 4 (not round 1, as above)
 ])
 def test_the_privacy_budget_counts_every_sharing_round_the_last_included(synthetic_raw, rounds, share_from_round,
                                                                           share_every, hand_count):

@@ -285,13 +285,14 @@ def test_server_kernel_is_the_uniform_mean_of_hand_computed_kernels(synthetic_ra
     assert fed.server.state["kernel_weight"] == 4
 
 
-@pytest.mark.parametrize("rad_term", ["cka", "ssl"])
-def test_persisted_models_after_two_rounds_match_hand_sgd_steps(synthetic_raw, tmp_path, rad_term):
+@pytest.mark.parametrize("rad_term, target_momentum", [("cka", 0.99), ("ssl", 0.99), ("cka", 0.5)])
+def test_persisted_models_after_two_rounds_match_hand_sgd_steps(synthetic_raw, tmp_path, rad_term, target_momentum):
     """Rounds 1 (cohort 0, 1, 2: no Kbar, SSL only) and 2 (cohort 0, 3: with the RAD term) of one SGD
     step each, through the client-state store: every tensor of a trained client's stored networks
     equals the hand step (and the in-process client step's output, bitwise); clients not sampled in
     round 2 keep their round-1 state bitwise."""
-    scenario, method = make(synthetic_raw, training={"batch_size": 10}, mu=0.5, rad_term=rad_term)
+    scenario, method = make(synthetic_raw, training={"batch_size": 10}, mu=0.5, rad_term=rad_term,
+                            target_momentum=target_momentum)
     fed = Federation(scenario, method)
     store = ClientStateStore(tmp_path / "store")
     rad = fed.server.state["rad"]
@@ -399,6 +400,9 @@ def test_tiers_assign_architectures_and_label_evaluations(synthetic_raw):
     tiers = assign_tiers(8, [0.25, 0.75], seed=5)
     assert np.bincount(tiers).tolist() == [2, 6]
     assert np.array_equal(tiers, assign_tiers(8, [0.25, 0.75], seed=5))
+    # a fraction of the population that is no whole number of clients rounds to the nearest (3.4 -> 3)
+    assert np.bincount(assign_tiers(10, [0.34, 0.66], seed=5)).tolist() == [3, 7]
+    assert np.bincount(assign_tiers(10, [0.36, 0.64], seed=5)).tolist() == [4, 6]
     scenario, method = make(synthetic_raw, tiers=TIERS)
     small, large = method.make_workspace(torch.device("cpu"))
     count = lambda space: sum(p.numel() for p in space.online["encoder"].parameters())  # noqa: E731
@@ -452,3 +456,18 @@ def test_results_do_not_depend_on_the_number_of_workers(synthetic_raw):
     for result in results:
         for cid, state in result.client_states.items():
             assert all(torch.equal(v, one.states[cid]["networks"][k]) for k, v in state["networks"].items())
+
+
+@pytest.mark.parametrize("seed, hand_counts, hand_tiers, hand_chosen", [
+    (3, [1, 2, 3, 4], [1, 1, 0, 0], [1, 3]),  # tier 0 = clients 2, 3 (3 and 4 rounds), tier 1 = 0, 1 (1 and 2)
+    (2, [3, 3, 2, 2], [1, 1, 0, 0], [0, 2]),  # ties within each tier: the lowest id
+])
+def test_the_evaluated_clients_are_each_tiers_most_trained(synthetic_raw, seed, hand_counts, hand_tiers, hand_chosen):
+    """Per tier, the client completing the most of the run's 5 rounds (the cohorts are fixed by the
+    seed), the lowest id among ties; the counts read off the schedule, the choice made by hand."""
+    _, method = make({**synthetic_raw, "seed": seed}, training={"rounds": 5}, tiers=TIERS, eval_clients_per_tier=1)
+    counts = np.zeros(NUM_CLIENTS, dtype=np.int64)
+    for completed in method.spec.schedule.completed(range(1, 6)):
+        counts[list(completed)] += 1
+    assert counts.tolist() == hand_counts and method.client_tier.tolist() == hand_tiers
+    assert method.eval_clients() == hand_chosen
