@@ -294,13 +294,19 @@ def replay_client(method, scenario, broadcast, client_id, ctx):
     return weights, local, losses, after_first
 
 
-def test_client_step_is_algorithm_1_by_hand(after_setup):
+@pytest.mark.parametrize("training, options, steps", [
+    ({"batch_size": 7}, {}, 2),
+    # two epochs through a memory larger than the client (it keeps the last 10 projections, not 16 of
+    # two epochs) and a temperature other than the default
+    ({"batch_size": 5, "local_epochs": 2}, {"memory_size": 16, "temperature": 0.5}, 4),
+])
+def test_client_step_is_algorithm_1_by_hand(after_setup, training, options, steps):
     """Every uploaded tensor (online encoder, projector and rotation head, target, BatchNorm
     statistics) and the local centroids against the replay above, over two steps with momentum;
     the target differs from the online model, so swapping the views of online and target, the
     networks that produce them, the EMA direction or the loss's sign all show. The first step
     lowers the loss on its own inputs."""
-    method, scenario = setup({"batch_size": 7})
+    method, scenario = setup(training, **options)
     state = after_setup[2]
     weights = dict(state["weights"])
     generator = torch.Generator().manual_seed(11)
@@ -316,7 +322,7 @@ def test_client_step_is_algorithm_1_by_hand(after_setup):
     for name, value in new.items():
         assert torch.allclose(value, expected[name].float(), atol=1e-4), name
     assert torch.allclose(upload.record["centroids"], local, atol=1e-5)
-    assert len(losses) == 2 and upload.metrics["loss"] == pytest.approx(sum(losses) / 2, rel=1e-5)
+    assert len(losses) == steps and upload.metrics["loss"] == pytest.approx(sum(losses) / steps, rel=1e-5)
     assert after < losses[0]
 
 
@@ -542,6 +548,12 @@ def test_kmeans_global_clustering_separates_the_clients_groups(after_setup):
     assert (similarity.max(dim=1).values > 0.9).all()
     again, _ = method.server_update(after_setup[2], None, records, context(scenario, 1, (0, 1)))
     assert torch.equal(again["centroids"], new["centroids"])
+    local = torch.cat([records[cid]["centroids"] for cid in (0, 1)])
+    for round_index in (1, 2):  # each round's clustering draws from its own stream, (seed, round)
+        stream = torch.Generator().manual_seed(derive_seed(scenario["seed"], round_index, "global-clustering"))
+        hand = equal_size_clustering(local, 2, stream, scenario["method"]["clustering_iterations"])
+        got, _ = method.server_update(after_setup[2], None, records, context(scenario, round_index, (0, 1)))
+        assert torch.equal(got["centroids"], hand)
 
 
 def test_server_step_of_every_tensor_over_two_rounds_by_hand(after_setup, one_thread):
