@@ -35,8 +35,12 @@ class Deadline:
             return cls(at if at > now else at + timedelta(days=1))
         if (duration := DURATION.fullmatch(text)) and any(duration.groups()):
             hours, minutes, seconds = (int(part or 0) for part in duration.groups())
-            elapsed = timedelta(hours=hours, minutes=minutes, seconds=seconds).total_seconds()
-            return cls(datetime.fromtimestamp(now.timestamp() + elapsed))  # real time, across a DST change too
+            try:
+                elapsed = timedelta(hours=hours, minutes=minutes, seconds=seconds).total_seconds()
+                return cls(datetime.fromtimestamp(now.timestamp() + elapsed))  # real time, across a DST change too
+            except (OverflowError, ValueError, OSError):  # past the calendar's last day (year 9999)
+                raise ScenarioError("fedssl claim", "--until", f"expected a duration that ends before the year "
+                                                               f"10000, got {text!r}") from None
         raise ScenarioError("fedssl claim", "--until", f"expected a clock time HH:MM (its next occurrence) or "
                                                        f"+DURATION such as +45m or +2h30m, got {text!r}")
 

@@ -87,3 +87,13 @@ def test_no_deadline_never_fires_and_a_left_block_cancels_its_alarm():
         pass
     time.sleep(0.6)  # a SIGTERM now would find Python's default action and end the test process
     assert not left.fired and not left.timer.is_alive()
+
+
+@pytest.mark.parametrize("text", ["+99999999h", "+99999999999h", "+999999999999999999999s"])
+def test_a_duration_past_the_calendar_is_one_line(text, tmp_path, capsys):
+    with pytest.raises(ScenarioError, match=r"^fedssl claim: --until: expected a duration that ends before the "
+                                            r"year 10000, got "):
+        Deadline.parse(text, NOW)
+    assert main(["claim", str(tmp_path / "absent.yaml"), "--until", text]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedssl: error: fedssl claim: --until: expected a duration"), err
