@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from analysis.claims import record_differences
-from analysis.report import learning_verdict, points_over_round0, read_run, t_interval
+from analysis.report import check_margins, learning_verdict, points_over_round0, read_run, t_interval
 from methods.objectives import OBJECTIVES
 from simulator.provenance import git
 from simulator.runlog import read_recorded_scenario
@@ -298,4 +298,6 @@ def ledger(run_roots: list[Path], scenarios_dir: Path, margins: dict[str, float]
     shipped = self_supervised_fashion_mnist(scenarios_dir, repo)
     if not shipped:
         raise ValueError(f"{scenarios_dir}: no Fashion-MNIST scenario of a self-supervised method in it")
-    return ledger_tables(shipped, match_runs(shipped, run_dirs(run_roots), History(repo)), margins)
+    matched = match_runs(shipped, run_dirs(run_roots), History(repo))
+    check_margins([r.run for r in matched], margins)
+    return ledger_tables(shipped, matched, margins)

@@ -161,6 +161,14 @@ def parse_margins(items: list[str] | None) -> dict[str, float]:
     return margins
 
 
+def check_margins(runs: list[dict], margins: dict[str, float]) -> None:
+    """Raise ``ValueError`` (``--margin: ...``) for a margin metric that some run lacks, initial or final."""
+    missing = sorted({m for m in margins for run in runs if m not in run["initial"] or m not in run["final"]})
+    if missing:
+        raise ValueError(f"--margin: expected metrics every run has ({', '.join(shown_metrics(runs))}), "
+                         f"got {', '.join(missing)}")
+
+
 def points_over_round0(run: dict, metric: str) -> float:
     """``run``'s final minus its round-0 ``metric``, in points, rounded to 1e-9 points so that a gain
     of exactly a margin (accuracies are counts over the test images) is not read as just below it
@@ -204,10 +212,7 @@ def learning_table(runs: list[dict], margins: dict[str, float], label: str = "sc
     the learning ``margins`` ({metric: points}), with the count of runs that do, and, where the runs
     have the margin metrics' 1%-label forms, whether each gains more with 1% of the labels (shown and
     counted apart: the margins decide "learned?"); ``label`` heads the column of the runs' names."""
-    missing = sorted({m for m in margins for run in runs if m not in run["initial"] or m not in run["final"]})
-    if missing:
-        raise ValueError(f"--margin: expected metrics every run has ({', '.join(shown_metrics(runs))}), "
-                         f"got {', '.join(missing)}")
+    check_margins(runs, margins)
     shown, pairs = shown_metrics(runs), scarce_label_pairs(runs, margins)
     scarce_column = " more with 1% labels? |" if pairs else ""
     lines = [f"| {label} | seed | " + " | ".join(f"{m} final − round 0" for m in shown) + " | learned? |"

@@ -234,3 +234,13 @@ def test_the_kept_ledger_is_what_fedssl_ledger_prints_at_this_commit(monkeypatch
     kept = (REPO / "results" / "ledger.md").read_text().splitlines()
     assert kept[0] == "# The learning ledger" and kept[3] == ""
     assert capsys.readouterr().out.splitlines() == kept[4:]
+
+
+def test_a_margin_on_a_metric_the_runs_lack_is_one_line_exit_2(history, tmp_path, capsys):
+    repo, c = history
+    runs = tmp_path / "runs"
+    write_run(runs, "r", load_scenario(repo / "scenarios/quickstart.yaml", ["seed=1"]), 5.0, 3.0, code(c["c5"]))
+    assert main(["ledger", str(runs), "--scenarios", str(repo / "scenarios"), "--margin", "nosuch=2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("fedssl: error: --margin: expected metrics every run has (knn_top1, linear_top1), "
+                            "got nosuch\n") and captured.out == ""
