@@ -151,6 +151,8 @@ def parse_margins(items: list[str] | None) -> dict[str, float]:
     margins = {}
     for item in items:
         metric, _, points = item.partition("=")
+        if metric in margins:
+            raise ValueError(f"--margin: expected each metric once, got {metric} twice ({item!r})")
         try:
             margins[metric] = float(points)
         except ValueError:

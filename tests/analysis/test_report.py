@@ -283,10 +283,12 @@ def test_learning_table_says_whether_each_run_gains_more_with_1pct_of_the_labels
     ("knn_top1=-1", "--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, got 'knn_top1=-1'"),
     ("knn_top1=inf", "--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, got 'knn_top1=inf'"),
     ("nope=2", "--margin: expected metrics every run has (knn_top1, linear_top1), got nope"),
+    (["knn_top1=2", "knn_top1=30"], "--margin: expected each metric once, got knn_top1 twice ('knn_top1=30')"),
 ])
 def test_a_bad_margin_is_one_line_exit_2(tmp_path, capsys, margin, message):
     run_dir = fake_run(tmp_path, "a", 0, 0.53)
-    assert main(["report", str(run_dir), "--margin", margin]) == 2
+    margins = [margin] if isinstance(margin, str) else margin
+    assert main(["report", str(run_dir), *(arg for m in margins for arg in ("--margin", m))]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"fedssl: error: {message}\n" and captured.out == ""
 
