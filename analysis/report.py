@@ -55,8 +55,30 @@ def read_run(run_dir: Path) -> dict:
         if not isinstance(summary.get(section), dict):
             raise ValueError(f"{summary_path}: {section}: expected the evaluated metrics, got "
                              f"{summary.get(section)!r} (a run with evaluation off has nothing to tabulate)")
+        check_metric_values(summary_path, section, summary[section], required=METRICS)
+    if summary.get("pixels") is not None:
+        if not isinstance(summary["pixels"], dict):
+            raise ValueError(f"{summary_path}: pixels: expected the raw-pixel reference's metrics, got "
+                             f"{summary['pixels']!r}")
+        check_metric_values(summary_path, "pixels", summary["pixels"])
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], **summary,
             "groups": final_group_means(run_dir / "metrics.parquet")}
+
+
+def check_metric_values(path: Path, section: str, metrics: dict, required: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` naming ``path`` (a ``summary.json``) where its ``section`` lacks a ``required``
+    metric or holds a value that is not a number; an accuracy (``..._top1...``: a share of the test
+    images) must be a finite one (align and uniformity may be NaN, from a network whose features are)."""
+    missing = [m for m in required if m not in metrics]
+    if missing:
+        raise ValueError(f"{path}: {section}: expected the evaluated metrics (with {', '.join(required)}), "
+                         f"found no {', '.join(missing)}")
+    for name, value in metrics.items():
+        accuracy = "_top1" in str(name)
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (accuracy and not math.isfinite(value))):
+            raise ValueError(f"{path}: {section}.{name}: expected {'a finite' if accuracy else 'a'} number, "
+                             f"got {value!r}")
 
 
 def final_group_means(metrics_path: Path) -> dict[str, dict[str, float]]:

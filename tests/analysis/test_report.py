@@ -51,6 +51,20 @@ def test_unfinished_run_is_an_error(tmp_path, capsys):
     ("summary.json", "{not json", "summary.json: -: not valid JSON (Expecting property name"),
     ("summary.json", "[1, 2]", "summary.json: -: expected a JSON object (the summary fedssl run writes), got list"),
     ("summary.json", "{}", "summary.json: initial: expected the evaluated metrics, got None"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {}}',
+     "summary.json: final: expected the evaluated metrics (with knn_top1, linear_top1), found no knn_top1, linear_top1"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": null, "linear_top1": 1}}',
+     "summary.json: final.knn_top1: expected a finite number, got None"),
+    ("summary.json", '{"initial": {"knn_top1": "abc", "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}}',
+     "summary.json: initial.knn_top1: expected a finite number, got 'abc'"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": NaN}, "final": {"knn_top1": 1, "linear_top1": 1}}',
+     "summary.json: initial.linear_top1: expected a finite number, got nan"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6, "align": "x"}, '
+                     '"final": {"knn_top1": 1, "linear_top1": 1}}',
+     "summary.json: initial.align: expected a number, got 'x'"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
+                     '"pixels": {"knn_top1": true}}',
+     "summary.json: pixels.knn_top1: expected a finite number, got True"),
     ("scenario.yaml", "name: [unclosed", "scenario.yaml: line 1: not valid YAML"),
     ("scenario.yaml", "- a list", "scenario.yaml: -: expected the resolved scenario fedssl run writes"),
 ])
@@ -58,7 +72,7 @@ def test_a_damaged_run_file_is_one_line_naming_it_in_report_and_diff(tmp_path, c
     good, run_dir = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7)
     (run_dir / damaged).write_text(content)
     commands = [["report", str(run_dir)]]
-    if damaged == "summary.json" and content != "{}":  # diff reads the summary for its code line
+    if damaged == "summary.json" and not content.startswith("{"):  # diff reads the summary for its code line
         pq.write_table(pa.table({"round": [0], "name": ["eval/knn_top1"], "value": [0.5]}), good / "metrics.parquet")
         pq.write_table(pa.table({"round": [0], "name": ["eval/knn_top1"], "value": [0.5]}), run_dir / "metrics.parquet")
         commands.append(["diff", str(good), str(run_dir)])
