@@ -177,7 +177,7 @@ def read_suite(path: str | Path) -> Suite:
                 raise ScenarioError(source, where, f"expected a mapping with keys {', '.join(sorted(allowed))}, "
                                                    f"got {item!r}")
             for side in ("arm", "baseline"):
-                if item[side] not in arms:
+                if not isinstance(item[side], str) or item[side] not in arms:
                     raise ScenarioError(source, f"{where}.{side}", f"expected one of the arms {', '.join(arms)}, "
                                                                    f"got {item[side]!r}")
             if item["arm"] == item["baseline"]:
