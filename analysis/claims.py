@@ -129,6 +129,9 @@ def read_suite(path: str | Path) -> Suite:
             return ()
         if not isinstance(value, list) or not all(isinstance(v, str) and "=" in v for v in value):
             raise ScenarioError(source, key, f"expected a list of dotted.key=value strings, got {value!r}")
+        if any(v.partition("=")[0] == "seed" for v in value):
+            raise ScenarioError(source, key, "expected no seed=...: an arm's seeds come from the suite's seeds "
+                                             "(every arm runs each of them)")
         return tuple(value)
 
     def metric_of(key: str, value: Any) -> str:
