@@ -49,7 +49,7 @@ from typing import Any
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
                              numerics_notes, paired_difference, pixel_table)
 from simulator.evaluation.monitor import EVALUATED_METRIC
-from simulator.runlog import read_recorded_scenario, read_summary
+from simulator.runlog import check_directory_path, read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, load_scenario, lookup, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
@@ -257,10 +257,12 @@ class RunState:
 
 
 def run_states(suite: Suite, scenarios: dict[tuple[str, int], dict], runs_dir: Path) -> list[RunState]:
-    """What each (arm, seed) needs; raises ``ScenarioError`` for a run directory that cannot be used."""
+    """What each (arm, seed) needs; raises ``ScenarioError`` for a run directory that cannot be used,
+    ``FileExistsError`` where it, or its arm's directory, is a file."""
     states = []
     for (arm, seed), scenario in scenarios.items():
         run_dir = suite.run_dir(runs_dir, arm, seed)
+        check_directory_path(run_dir, f"the run of arm {arm}, seed {seed}")
         summary = run_dir / "summary.json"
         if summary.exists():
             done = read_summary(run_dir).get("rounds_completed")

@@ -373,6 +373,27 @@ def test_a_runs_dir_that_is_a_file_is_one_line_before_anything_runs(tmp_path, sy
     assert afile.read_text() == "data"
 
 
+@pytest.mark.parametrize("extra", [[], ["--no-run"]])
+@pytest.mark.parametrize("file_at", ["b/seed_1", "b"])
+def test_a_file_where_a_run_or_arm_directory_belongs_is_one_line_before_anything_runs(
+        tmp_path, synthetic_raw, capsys, monkeypatch, extra, file_at):
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    (tmp_path / "runs" / "a" / "seed_0" / "summary.json").unlink()  # a run to resume, were the check late
+    afile = tmp_path / "runs" / file_at
+    shutil.rmtree(afile)
+    afile.write_text("data")
+    assert main(["claim", str(suite), *extra]) == 2
+    where = "is a file" if file_at == "b/seed_1" else f"lies under the file {afile}"
+    captured = capsys.readouterr()
+    assert captured.err == (f"fedssl: error: {tmp_path / 'runs' / 'b' / 'seed_0' if file_at == 'b' else afile}: "
+                            f"{where}; expected a directory for the run of arm b, seed "
+                            f"{0 if file_at == 'b' else 1}\n"), captured.err
+    assert afile.read_text() == "data"
+
+
 def test_the_shipped_suites_are_well_formed():
     """Every ``claims/*.yaml`` reads, and every scenario it names loads with its overrides."""
     suites = sorted((REPO / "claims").glob("*.yaml"))
