@@ -34,10 +34,13 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
     keys, values = [], []
     for over in overs:
         key, sep, listed = over.partition("=")
-        if not sep or not listed:
+        if not sep or not key or not listed or "" in listed.split(","):
             raise ScenarioError("--over", over, "expected dotted.key=value1,value2,...")
         if key in keys:
             raise ScenarioError("--over", key, "swept twice; expected each key in one --over with all its values")
+        repeated = [v for v in dict.fromkeys(listed.split(",")) if listed.split(",").count(v) > 1]
+        if repeated:
+            raise ScenarioError("--over", over, f"the value {repeated[0]} is given twice; expected each value once")
         keys.append(key)
         values.append(listed.split(","))
     return keys, [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*values)]

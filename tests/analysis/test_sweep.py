@@ -19,6 +19,25 @@ def test_grid_is_the_product_of_the_swept_values():
         grid(["seed=0,1", "population.num_clients=10", "seed=2"])
 
 
+@pytest.mark.parametrize("over, message", [
+    ("training.lr=0.1,0.1", "--over: training.lr=0.1,0.1: the value 0.1 is given twice; expected each value once"),
+    ("seed=0,1,2,1", "--over: seed=0,1,2,1: the value 1 is given twice; expected each value once"),
+    ("=1,2", "--over: =1,2: expected dotted.key=value1,value2,..."),
+    ("seed=1,,2", "--over: seed=1,,2: expected dotted.key=value1,value2,..."),
+])
+def test_a_repeated_value_or_a_missing_key_is_one_line_before_anything_runs(synthetic_raw, tmp_path, capsys, over,
+                                                                            message):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(synthetic_raw))
+    with pytest.raises(ScenarioError) as err:
+        grid([over])
+    assert str(err.value) == message
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(scenario), "--over", over, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"fedssl: error: {message}\n"
+    assert not out.exists()
+
+
 def test_a_combination_whose_data_cannot_be_had_stops_the_sweep_before_anything_is_written(synthetic_raw, tmp_path,
                                                                                            capsys):
     scenario = tmp_path / "s.yaml"
