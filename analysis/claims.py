@@ -49,7 +49,7 @@ from typing import Any
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
                              numerics_notes, paired_difference, pixel_table)
 from simulator.evaluation.monitor import EVALUATED_METRIC
-from simulator.runlog import check_directory_path, read_recorded_scenario, read_summary
+from simulator.runlog import check_directory_path, read_metrics, read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, load_scenario, lookup, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
@@ -363,12 +363,11 @@ def metric_value(run: dict, section: str, metric: str) -> float | None:
     group, name = metric.split("/", 1)
     if section == "final":
         return run["groups"].get(group, {}).get(name)
-    import pyarrow.parquet as pq
     path = Path(run["dir"]) / "metrics.parquet"
     if not path.exists():
         return None
     wanted = f"eval/{group}/{name}_mean"
-    for row in pq.read_table(path, columns=["round", "name", "value"]).to_pylist():
+    for row in read_metrics(path):
         if row["round"] == 0 and row["name"] == wanted:
             return row["value"]
     return None

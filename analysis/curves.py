@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.report import sample_std
-from simulator.runlog import atomic_write
+from simulator.runlog import atomic_write, read_metrics
 
 DEFAULT_METRICS = ("eval/knn_top1", "eval/linear_top1", "train/loss")
 
@@ -27,8 +27,7 @@ def learning_curves(runs: list[dict], metrics: tuple[str, ...]) -> list[dict]:
     seeds: dict[str, int] = defaultdict(int)
     for run in runs:
         seeds[run["name"]] += 1
-        table = pq.read_table(Path(run["dir"]) / "metrics.parquet", columns=["round", "name", "value"])
-        for row in table.to_pylist():
+        for row in read_metrics(Path(run["dir"]) / "metrics.parquet"):
             if row["name"] in metrics:
                 values[(run["name"], row["name"])][row["round"]].append(row["value"])
     missing = [m for m in metrics if not any(metric == m for _, metric in values)]

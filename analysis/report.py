@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import pyarrow.parquet as pq
-
-from simulator.runlog import check_run_dir, read_recorded_scenario, read_summary
+from simulator.runlog import check_run_dir, read_metrics, read_recorded_scenario, read_summary
 
 METRICS = ("knn_top1", "linear_top1")
 # Shown when every run has it (runs whose networks have a projector, logged since it was added).
@@ -85,8 +83,7 @@ def final_group_means(metrics_path: Path) -> dict[str, dict[str, float]]:
     """The last evaluation's per-group means in ``metrics.parquet`` (see :func:`group_means`)."""
     if not metrics_path.exists():
         return {}
-    rows = [row for row in pq.read_table(metrics_path, columns=["round", "name", "value"]).to_pylist()
-            if row["name"].startswith("eval/")]
+    rows = [row for row in read_metrics(metrics_path) if row["name"].startswith("eval/")]
     last = max((row["round"] for row in rows), default=None)
     return group_means({row["name"]: row["value"] for row in rows if row["round"] == last})
 

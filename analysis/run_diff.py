@@ -17,9 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from simulator.runlog import read_summary
+from simulator.runlog import read_metrics, read_summary
 
 MACHINE_DEPENDENT = ("time/", "memory/")
 HEADLINE = ("eval/knn_top1", "eval/linear_top1")
@@ -29,9 +27,9 @@ def logged_values(run_dir: Path) -> dict[tuple[int, str], float]:
     """The run's logged values by (round, name), the machine-dependent names left out; raises
     ValueError for a directory without ``metrics.parquet``."""
     path = run_dir / "metrics.parquet"
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"{run_dir}: no metrics.parquet (expected a run directory whose run has logged a round)")
-    return {(row["round"], row["name"]): row["value"] for row in pq.read_table(path).to_pylist()
+    return {(row["round"], row["name"]): row["value"] for row in read_metrics(path)
             if not row["name"].startswith(MACHINE_DEPENDENT)}
 
 

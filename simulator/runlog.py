@@ -196,6 +196,33 @@ class RunLog:
         self.writer.close()
 
 
+METRICS_COLUMNS = {"round": pa.types.is_integer, "name": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+                   "value": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows ``{round, name, value}`` of a run's ``metrics.parquet`` (:meth:`RunLog.flush`);
+    ``ScenarioError`` naming the file where there is none, it is not a file, it cannot be read as
+    Parquet, or lacks one of those columns (of integers, names, numbers) or has an empty cell in one."""
+    from simulator.scenario import ScenarioError
+    expected = "expected the metrics table fedssl run writes (columns round, name, value)"
+    if not path.is_file():
+        raise ScenarioError(str(path), "-", f"{'not a file' if path.exists() else 'no such file'}; {expected}")
+    try:
+        table = pq.ParquetFile(path).read()
+    except (pa.ArrowException, OSError) as err:  # pyarrow's text runs over several lines: its first is kept
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ScenarioError(str(path), "-", f"cannot be read as Parquet ({reason}); {expected}") from None
+    for column, fits in METRICS_COLUMNS.items():
+        if table.schema.get_field_index(column) < 0 or not fits(table.schema.field(column).type):
+            found = ", ".join(f"{field.name} ({field.type})" for field in table.schema) or "none"
+            raise ScenarioError(str(path), column, f"{expected}; found the columns {found}")
+        if table.column(column).null_count:
+            raise ScenarioError(str(path), column, f"{expected}; {table.column(column).null_count} of its "
+                                                   f"{table.num_rows} cells are empty")
+    return table.select(list(METRICS_COLUMNS)).to_pylist()
+
+
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     atomic_write(run_dir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
 

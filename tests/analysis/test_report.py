@@ -83,6 +83,32 @@ def test_a_damaged_run_file_is_one_line_naming_it_in_report_and_diff(tmp_path, c
         assert err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("damage, expected", [
+    (lambda path: pq.write_table(pa.table({"a": [1]}), path),
+     "round: expected the metrics table fedssl run writes (columns round, name, value); found the columns a (int64)"),
+    (lambda path: path.mkdir(), "-: not a file; expected the metrics table fedssl run writes"),
+    (lambda path: path.write_text("round,name,value\\n"), "-: cannot be read as Parquet (Parquet magic bytes not found"),
+    (lambda path: None, "-: no such file; expected the metrics table fedssl run writes"),
+])
+def test_a_damaged_metrics_table_is_one_line_naming_it_in_report_diff_and_plot(tmp_path, capsys, damage, expected):
+    good, run_dir = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7)
+    write_metrics(good, [(0, "eval/knn_top1", 0.5)])
+    damage(run_dir / "metrics.parquet")
+    commands = [["report", str(good), str(run_dir), "--plot", str(tmp_path / "plots")], ["diff", str(good), str(run_dir)]]
+    if run_dir.joinpath("metrics.parquet").exists():  # a run without one is tabulated (no groups), not plotted or diffed
+        commands.append(["report", str(run_dir)])
+    for argv in commands:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        if argv[0] == "diff" and expected.startswith("-: no such file"):
+            assert err == f"fedssl: error: {run_dir}: no metrics.parquet (expected a run directory whose run has " \
+                          f"logged a round)\n"
+            continue
+        assert err.startswith(f"fedssl: error: {run_dir / 'metrics.parquet'}: {expected}"), (argv, err)
+        assert err.count("\n") == 1, err
+    assert not (tmp_path / "plots").exists()
+
+
 def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys):
     dirs = [fake_run(tmp_path, "base", s, v) for s, v in [(0, 0.60), (1, 0.70), (2, 0.80)]]
     dirs += [fake_run(tmp_path, "new", s, v) for s, v in [(0, 0.65), (1, 0.68), (3, 0.99)]]  # seed 3: unpaired

@@ -134,6 +134,31 @@ def test_the_metrics_log_writes_rows_by_round_and_name_and_resumes_from_a_checkp
     assert [e.step for e in events.Scalars("a")] == [0, 1]
 
 
+def test_the_metrics_read_back_and_a_damaged_table_is_an_error_naming_the_file(tmp_path):
+    import pyarrow as pa
+    log = runlog.RunLog(tmp_path, time.time())
+    log.log(0, {"eval/knn_top1": 0.5})
+    log.close()
+    path = tmp_path / "metrics.parquet"
+    assert runlog.read_metrics(path) == [{"round": 0, "name": "eval/knn_top1", "value": 0.5}]
+    expected = "expected the metrics table fedssl run writes (columns round, name, value)"
+    for write, message in [
+            (lambda: pq.write_table(pa.table({"a": [1]}), path), f"round: {expected}; found the columns a (int64)"),
+            (lambda: pq.write_table(pa.table({"round": [0], "name": [1.5], "value": [0.5]}), path),
+             f"name: {expected}; found the columns round (int64), name (double), value (double)"),
+            (lambda: pq.write_table(pa.table({"round": [0, 1], "name": ["x", None], "value": [0.5, 1]}), path),
+             f"name: {expected}; 1 of its 2 cells are empty"),
+            (lambda: path.write_text("round,name,value\n"), "-: cannot be read as Parquet (Parquet magic bytes not "
+                                                          "found in footer. Either the file is corrupted or this is "
+                                                          f"not a parquet file.); {expected}"),
+            (lambda: (path.unlink(), path.mkdir()), f"-: not a file; {expected}"),
+            (lambda: path.rmdir(), f"-: no such file; {expected}")]:
+        write()
+        with pytest.raises(ScenarioError) as err:
+            runlog.read_metrics(path)
+        assert str(err.value) == f"{path}: {message}"
+
+
 def test_only_the_newest_checkpoints_are_kept_and_the_latest_is_found(tmp_path):
     assert runlog.latest_checkpoint(tmp_path) is None
     for round_index in (1, 2, 3, 3):  # round 3 written twice: the second replaces the first
