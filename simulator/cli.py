@@ -80,7 +80,8 @@ def parser() -> argparse.ArgumentParser:
                                 "linear_top1=4 and knn_top1=2, the protocol's)")
         if name == "report":
             table.add_argument("--plot", metavar="DIR", type=path_argument,
-                               help="also write learning curves (mean ± std over seeds) to DIR: PNGs, curves.parquet")
+                               help="also write learning curves (mean ± std over seeds) to DIR, new or empty: PNGs, "
+                                    "curves.parquet")
             table.add_argument("--metric", dest="metrics", action="append", metavar="NAME",
                                help="a metrics.parquet name to plot (repeatable; default: kNN, linear probe, loss)")
         if name == "evaluate":
@@ -126,6 +127,9 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
     from simulator.data.datasets import DatasetUnavailable
     try:
         learning_margins = parse_margins(margins)
+        if plot:  # as run --out: a folder of earlier curves or plots is never written over
+            from simulator.runlog import check_out
+            check_out(plot, "--plot")
         if overrides is None:
             runs = [read_run(Path(d)) for d in run_dirs]
         else:

@@ -43,6 +43,28 @@ def test_report_plot_from_the_command_line(tmp_path, capsys):
     dirs = [r["dir"] for r in runs_with_curves(tmp_path)]
     assert main(["report", *dirs, "--plot", str(tmp_path / "plots"), "--metric", "train/loss"]) == 0
     assert f"curves: {tmp_path / 'plots' / 'train_loss.png'}" in capsys.readouterr().out
-    assert main(["report", *dirs, "--plot", str(tmp_path / "plots"), "--metric", "eval/nope"]) == 2
+    assert main(["report", *dirs, "--plot", str(tmp_path / "plots2"), "--metric", "eval/nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fedssl: error: --metric eval/nope: no run logged it") and err.count("\n") == 1
+
+
+def test_report_plot_refuses_a_folder_that_holds_files_and_a_file(tmp_path, capsys):
+    dirs = [r["dir"] for r in runs_with_curves(tmp_path)]
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "curves.parquet").write_text("earlier curves")
+    afile = tmp_path / "notes.txt"
+    afile.write_text("notes")
+    for plot, message in [(kept, f"{kept}: output directory is not empty; choose another --plot"),
+                          (afile, f"{afile}: is a file; expected a directory for --plot"),
+                          (afile / "plots", f"{afile / 'plots'}: lies under the file {afile}; expected a directory "
+                                            f"for --plot")]:
+        assert main(["report", *dirs, "--plot", str(plot), "--metric", "train/loss"]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == f"fedssl: error: {message}\n" and captured.out == ""
+    assert (kept / "curves.parquet").read_text() == "earlier curves" and afile.read_text() == "notes"
+    assert [p.name for p in kept.iterdir()] == ["curves.parquet"]
+    empty = tmp_path / "empty"  # an empty folder is used, as run --out uses one
+    empty.mkdir()
+    assert main(["report", *dirs, "--plot", str(empty), "--metric", "train/loss"]) == 0
+    assert (empty / "curves.parquet").exists()
