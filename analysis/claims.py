@@ -308,6 +308,22 @@ def record_differences(stored: dict, resolved: dict) -> list[str]:
             if not (key in ABSENT_MEANS and value_at(stored, key) is None and value_at(resolved, key) == ABSENT_MEANS[key])]
 
 
+# Keys that change neither what a run trains nor its margins' metrics: how often it is evaluated
+# (evaluations draw from no training random stream, and the last round is always evaluated), the
+# raw-pixel reference (a separate table), where its files go, and how its clients are spread over
+# workers, tier pools and nodes (results do not depend on them: tests/simulator/test_engine.py,
+# test_multinode.py).
+NEUTRAL = ("eval.every", "eval.pixel_reference", "output.", "ray.address", "ray.num_workers", "ray.worker_pools",
+           "ray.cuda_deterministic")
+
+
+def differences(stored: dict, other: dict) -> list[str]:
+    """Dotted keys where a run's stored scenario differs from another (a shipped file resolved, another
+    run's record) in what it trains or measures: :func:`record_differences` but the :data:`NEUTRAL` keys."""
+    return [key for key in record_differences(stored, other)
+            if not any(key == n or (n.endswith(".") and key.startswith(n)) for n in NEUTRAL)]
+
+
 def value_at(scenario: dict, dotted: str) -> Any:
     """``scenario``'s value at ``dotted``; None where a record lacks the key."""
     try:
@@ -346,10 +362,51 @@ def stale_notes(scenarios: dict[tuple[str, int], dict], states: list[RunState]) 
         stored = read_recorded_scenario(state.run_dir)
         keys = record_differences(stored, scenarios[state.arm, state.seed])
         if keys:
-            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-            notes.append(f"note: {state.run_dir}: its scenario differs from the suite's at {shown} "
+            notes.append(f"note: {state.run_dir}: its scenario differs from the suite's at {keys_text(keys)} "
                          f"(the run is used as it is)")
     return notes
+
+
+def keys_text(keys: list[str]) -> str:
+    """The first five dotted keys, and how many more."""
+    return ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+
+def same_name_notes(runs: list[dict]) -> list[str]:
+    """Runs that a report counts as one scenario (one name) though their recorded scenarios differ in
+    what they train or measure (:func:`differences`, the seed aside): per name, the runs outside its
+    largest set of alike runs (the first on a tie), each with the keys it differs at from that set.
+    ``runs``: as :func:`analysis.report.read_run` gives them."""
+    notes = []
+    by_name: dict[str, list[tuple[dict, dict]]] = {}
+    for run in runs:
+        by_name.setdefault(run["name"], []).append((run, read_recorded_scenario(Path(run["dir"]))))
+    for name, members in by_name.items():
+        alike: list[list[tuple[dict, dict]]] = []  # runs whose records differ at no key but the seed
+        for member in members:
+            group = next((g for g in alike if not unlike(g[0][1], member[1])), None)
+            if group is None:
+                alike.append([member])
+            else:
+                group.append(member)
+        largest = max(alike, key=len)
+        for group in alike:
+            if group is largest:
+                continue
+            keys = unlike(largest[0][1], group[0][1])
+            for run, _ in group:
+                others = ", ".join(r["dir"] for r, _ in largest)
+                notes.append(f"note: {run['dir']}: its scenario differs from that of the other runs named {name!r} "
+                             f"({others}) at {keys_text(keys)}; the report counts them as one scenario "
+                             f"(give it another name to keep it apart)")
+    return notes
+
+
+def unlike(stored: dict, other: dict) -> list[str]:
+    """:func:`differences` of two runs' records both ways (a key an older record lacks at its default is
+    no difference, whichever the older one), the seed aside."""
+    back = set(differences(other, stored))
+    return [key for key in differences(stored, other) if key in back and key != "seed"]
 
 
 # ---- the table and the verdict -----------------------------------------------------------------

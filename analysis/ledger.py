@@ -7,7 +7,7 @@ that were tried and not shipped. This report matches each kept run to the scenar
 are shipped now and reads the margins off the runs that match:
 
 - a run **is of** a shipped file when its stored scenario (``scenario.yaml``) equals the file
-  resolved at the run's seed, except at :data:`NEUTRAL` keys (they change neither what is trained
+  resolved at the run's seed, except at :data:`analysis.claims.NEUTRAL` keys (they change neither what is trained
   nor the margins' metrics) and at :data:`analysis.claims.ABSENT_MEANS` keys missing from a record older than the
   key (their default reproduces what ran before the key existed);
 - it is a **CPU** run: a run whose workers had a GPU is left out (GPU kernels are not the CPU's);
@@ -35,27 +35,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from analysis.claims import record_differences
+from analysis.claims import differences
 from analysis.report import check_margins, learning_verdict, points_over_round0, read_run, t_interval
 from methods.objectives import OBJECTIVES
 from simulator.provenance import git
 from simulator.runlog import read_recorded_scenario
 from simulator.scenario import load_scenario
 
-# Keys that change neither what a run trains nor its margins' metrics: how often it is evaluated
-# (evaluations draw from no training random stream, and the last round is always evaluated), the
-# raw-pixel reference (a separate table), where its files go, and how its clients are spread over
-# workers, tier pools and nodes (results do not depend on them: tests/simulator/test_engine.py,
-# test_multinode.py).
-NEUTRAL = ("eval.every", "eval.pixel_reference", "output.", "ray.address", "ray.num_workers", "ray.worker_pools",
-           "ray.cuda_deterministic")
 BASELINE = Path("tests/scenarios_baseline.json")
-
-
-def differences(stored: dict, shipped: dict) -> list[str]:
-    """Dotted keys where a run's stored scenario differs from a shipped one in what it trains or measures."""
-    return [key for key in record_differences(stored, shipped)
-            if not any(key == n or (n.endswith(".") and key.startswith(n)) for n in NEUTRAL)]
 
 
 def on_gpu(scenario: dict) -> bool:

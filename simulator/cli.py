@@ -135,6 +135,9 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
         else:
             from analysis.reevaluate import evaluate_run
             runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
+        from analysis.claims import same_name_notes
+        for note in same_name_notes(runs):
+            print(note, file=sys.stderr)
         tables = [markdown_table(runs), learning_table(runs, learning_margins)]
         tables += [table] if (table := pixel_table(runs)) else []
         tables += [paired_table(runs, baseline)] if baseline else []

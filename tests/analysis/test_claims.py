@@ -191,6 +191,33 @@ def test_a_kept_run_whose_scenario_differs_from_the_suites_is_named_with_and_wit
         assert "**Claim reproduced**." in captured.out
 
 
+def test_report_names_a_run_whose_scenario_differs_from_the_others_of_its_name(tmp_path, capsys):
+    def run(label, seed, **training):
+        run_dir = tmp_path / label
+        write_yaml(run_dir / "scenario.yaml", {"name": "s", "seed": seed, "model": {"encoder": "small_cnn"},
+                                               "training": {"lr": 0.05, "rounds": 3, **training},
+                                               "output": {"dir": str(tmp_path / label)}})  # neutral: no note
+        (run_dir / "summary.json").write_text(json.dumps({
+            "initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 0.7, "linear_top1": 0.8},
+            "rounds_completed": 3, "wall_seconds": 1.0}))
+        return str(run_dir)
+    same = [run("s0", 0), run("s1", 1)]
+    older = run("s2", 2)  # an older record, without drop_last (absent means false): no note
+    odd = run("odd", 3, lr=0.5, rounds=5, drop_last=True)
+    assert main(["report", *same, older]) == 0
+    assert capsys.readouterr().err == ""
+    for path in same:
+        scenario = yaml.safe_load((Path(path) / "scenario.yaml").read_text())
+        scenario["training"]["drop_last"] = False
+        write_yaml(Path(path) / "scenario.yaml", scenario)
+    assert main(["report", *same, older, odd]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (f"note: {odd}: its scenario differs from that of the other runs named 's' ({same[0]}, "
+                            f"{same[1]}, {older}) at training.drop_last, training.lr, training.rounds; the report "
+                            f"counts them as one scenario (give it another name to keep it apart)\n")
+    assert "| s | 0,1,2,3 |" in captured.out  # a note, not an error: the runs are still tabulated together
+
+
 def test_differences_equal_on_every_seed_are_flagged(tmp_path, synthetic_raw, capsys):
     # a - b: +2 points on each seed: standard deviation 0, an interval of no width
     finals = {"a": [0.62, 0.62, 0.62], "b": [0.60, 0.60, 0.60]}
