@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from simulator.evaluation.metrics import extract_features, finetune, finetune_top1, knn_top1, label_subset, linear_probe_top1
+from simulator.evaluation.metrics import (extract_features, finetune, finetune_top1, knn_top1, label_subset, linear_probe_top1,
+                                         zero_linear)
 
 
 def tiny_encoder() -> nn.Module:
@@ -129,7 +130,7 @@ def imbalanced_blobs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def newton_probe(features, labels, num_classes, weight_decay):
     """The probe's objective (mean cross-entropy + weight_decay / 2 ||W||^2, bias free, on features
     standardised with the train statistics) minimised by Newton's method in float64 (exact Hessian);
-    returns the predicted classes of new features."""
+    returns (the predicted classes of new features, the optimum's W [k, d], its b [k])."""
     mean, std = features.mean(0), features.std(0)
     z = ((features - mean) / std).double()
     k, d = num_classes, z.shape[1]
@@ -143,24 +144,41 @@ def newton_probe(features, labels, num_classes, weight_decay):
     for _ in range(30):
         gradient = torch.autograd.functional.jacobian(objective, theta)
         theta = theta - torch.linalg.solve(torch.autograd.functional.hessian(objective, theta) + ridge, gradient)
-    return lambda q: (((q - mean) / std).double() @ theta[:k * d].view(k, d).T + theta[k * d:]).argmax(1)
+    weight, bias = theta[:k * d].view(k, d), theta[k * d:]
+    return lambda q: (((q - mean) / std).double() @ weight.T + bias).argmax(1), weight, bias
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_linear_probe_is_the_regularised_logistic_regression_optimum(seed, one_thread):
+def test_linear_probe_is_the_regularised_logistic_regression_optimum(seed, one_thread, monkeypatch):
     # the default probe (weight decay 1e-4) scores as the exact optimum of its objective; a penalty
     # of 1 (the optimum shrinks towards the majority class) would score lower on these data
     train, train_labels = imbalanced_blobs(seed)
     test, test_labels = imbalanced_blobs(seed + 100)
 
     def accuracy(weight_decay):
-        return (newton_probe(train, train_labels, 3, weight_decay)(test) == test_labels).double().mean().item()
+        return (newton_probe(train, train_labels, 3, weight_decay)[0](test) == test_labels).double().mean().item()
 
     assert linear_probe_top1(train, train_labels, test, test_labels, 3) == pytest.approx(accuracy(1e-4), abs=1e-9)
     assert accuracy(1.0) < accuracy(1e-4) - 0.05
     # at a penalty that shapes the optimum, the probe is still that optimum (its bias unpenalised)
     assert linear_probe_top1(train, train_labels, test, test_labels, 3, weight_decay=1.0) == \
         pytest.approx(accuracy(1.0), abs=1e-9)
+    # and its parameters are that optimum's, the penalty's 1/2 included: the optimum of
+    # weight_decay ||W||^2 (that of a penalty of 2 in the stated objective) is another one
+    import simulator.evaluation.metrics as metrics
+    probes = []
+
+    def recorded_zero_linear(*args, **kwargs):  # the probe the function fits, kept for a look at it
+        probes.append(zero_linear(*args, **kwargs))
+        return probes[-1]
+
+    monkeypatch.setattr(metrics, "zero_linear", recorded_zero_linear)
+    linear_probe_top1(train, train_labels, test, test_labels, 3, weight_decay=1.0)
+    _, weight, bias = newton_probe(train, train_labels, 3, 1.0)
+    centred = lambda b: b - b.mean()  # noqa: E731  (a common shift of the biases changes no softmax)
+    torch.testing.assert_close(probes[0].weight.double(), weight, rtol=0, atol=1e-3)
+    torch.testing.assert_close(centred(probes[0].bias.double()), centred(bias), rtol=0, atol=2e-3)
+    assert (newton_probe(train, train_labels, 3, 2.0)[1] - weight).abs().max() > 0.05
 
 
 def test_linear_probe_is_scored_on_the_held_out_test_set(one_thread):
