@@ -50,3 +50,38 @@ def test_score_of_an_encoder():
     augmented = align_uniform_score(encoder, images, BatchAugment(AugmentConfig()), torch.Generator().manual_seed(2))
     assert augmented["align"] < same["align"] and augmented["unif"] == pytest.approx(same["unif"])
     assert encoder.training  # mode restored
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_an_encoder_in_train_mode_is_scored_in_eval_mode_and_left_in_its_mode(training):
+    """A BatchNorm encoder whose running statistics are not its batches' statistics: the score is
+    Eq. 5 of the features normalised with the running statistics (eval mode, by hand), the running
+    statistics do not move, and the encoder is left in the mode it came in."""
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (20, 1, 4, 4), dtype=torch.uint8, generator=generator)
+    norm = torch.nn.BatchNorm1d(16)
+    with torch.no_grad():
+        norm.running_mean.copy_(torch.rand(16, generator=generator))
+        norm.running_var.copy_(0.01 + 0.2 * torch.rand(16, generator=generator))
+        norm.weight.copy_(0.5 + torch.rand(16, generator=generator))
+        norm.bias.copy_(torch.randn(16, generator=generator))
+    encoder = torch.nn.Sequential(torch.nn.Flatten(), norm).train(training)
+    running = (norm.running_mean.clone(), norm.running_var.clone())
+    augment = BatchAugment(AugmentConfig())
+    scale, shift = norm.weight / (norm.running_var + norm.eps).sqrt(), norm.bias
+    by_hand = lambda x: ((x.flatten(1) - norm.running_mean) * scale + shift).detach()  # noqa: E731
+    x = images.float() / 255
+    replay = torch.Generator().manual_seed(3)  # the views of batches of 8, 8 and 4 images, drawn in turn
+    views = torch.cat([augment(batch, replay) for batch in x.split(8)])
+    expected = alignment_uniformity(by_hand(x), by_hand(views))
+    in_train_mode = alignment_uniformity(*(torch.cat([torch.nn.functional.batch_norm(
+        batch.flatten(1), None, None, norm.weight, norm.bias, training=True).detach() for batch in v.split(8)])
+        for v in (x, views)))
+    assert abs(in_train_mode["align_unif_score"] - expected["align_unif_score"]) > 0.05  # the modes differ here
+
+    score = align_uniform_score(encoder, images, augment, torch.Generator().manual_seed(3), batch_size=8)
+
+    for name in ("align", "unif", "align_unif_score"):
+        assert score[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6)
+    assert encoder.training == training and norm.training == training
+    assert torch.equal(norm.running_mean, running[0]) and torch.equal(norm.running_var, running[1])
