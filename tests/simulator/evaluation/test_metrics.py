@@ -288,25 +288,31 @@ def test_probe_and_finetuning_leave_torch_global_generator_as_they_found_it(one_
     assert torch.equal(torch.get_rng_state(), before)
 
 
-def test_finetuning_is_adam_on_seeded_batches_with_the_copy_in_train_mode(one_thread):
-    """Three steps by hand: one seeded order of the 50 rows, batches of 16 taken in turn, x / 255,
-    the head standardised with the frozen features' statistics, Adam, the copy in train mode (its
-    BatchNorm normalises with the batch's statistics and moves its running ones)."""
+@pytest.mark.parametrize("n, batch_size, steps", [(50, 16, 3), (20, 8, 6)])
+def test_finetuning_is_adam_on_seeded_batches_with_the_copy_in_train_mode(n, batch_size, steps, one_thread):
+    """The steps by hand: seeded orders of the n rows, batches taken in turn, x / 255, the head
+    standardised with the frozen features' statistics, Adam, the copy in train mode (its BatchNorm
+    normalises with the batch's statistics and moves its running ones). 50 rows, 3 batches of 16:
+    one order. 20 rows, 6 batches of 8: two batches of each of three orders, the 4 rows left at the
+    end of an order never a batch of their own."""
     import copy
 
-    from simulator.evaluation.metrics import Standardise, zero_linear
-    train_x, train_y = adaptation_task(50, torch.Generator().manual_seed(0))
+    from simulator.evaluation.metrics import Standardise
+    train_x, train_y = adaptation_task(n, torch.Generator().manual_seed(0))
     torch.manual_seed(1)
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU())
-    model = finetune(encoder, train_x, train_y, 2, steps=3, batch_size=16, lr=1e-2, seed=5)
+    model = finetune(encoder, train_x, train_y, 2, steps=steps, batch_size=batch_size, lr=1e-2, seed=5)
     frozen = extract_features(encoder, train_x)
     hand = nn.Sequential(copy.deepcopy(encoder), nn.Flatten(), Standardise(frozen.mean(0), frozen.std(0).clamp_min(1e-6)),
                          zero_linear(8, 2))
     optimizer = torch.optim.Adam(hand.parameters(), lr=1e-2)
-    order = torch.randperm(50, generator=torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(5)
+    per_order = n // batch_size
+    orders = [torch.randperm(n, generator=generator) for _ in range(-(-steps // per_order))]
     hand.train()
-    for step in range(3):
-        rows = order[16 * step:16 * (step + 1)]
+    for step in range(steps):
+        within = step % per_order
+        rows = orders[step // per_order][batch_size * within:batch_size * (within + 1)]
         loss = F.cross_entropy(hand(train_x[rows].float() / 255), train_y[rows])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
