@@ -49,22 +49,33 @@ def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_
 
 
 def test_the_knn_takes_the_scenario_s_temperature(synthetic_raw):
+    """Both the whole bank's kNN and the label-efficient one (here 10% of the 500-image bank, two
+    draws) vote with weights exp(sim / eval.knn_temperature)."""
+    import statistics
+
     import torch
 
-    from simulator.evaluation.metrics import extract_features, knn_top1
+    from simulator.evaluation.metrics import extract_features, knn_top1, label_subset
     from simulator.evaluation.monitor import evaluate_network, load_eval_data
     from simulator.scenario import resolve
     torch.manual_seed(0)
     network = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))})
-    knn = {}
+    knn, few_labels_knn = {}, {}
     for temperature in (0.1, 10.0):
-        scenario = resolve({**synthetic_raw, "eval": {**synthetic_raw["eval"], "knn_temperature": temperature}})
+        scenario = resolve({**synthetic_raw, "eval": {**synthetic_raw["eval"], "knn_temperature": temperature,
+                                                      "label_fractions": [0.1], "label_draws": 2}})
         data = load_eval_data(scenario)
         train_f, test_f = (extract_features(network["encoder"], x) for x in (data.train_x, data.test_x))
-        knn[temperature] = evaluate_network(network, data, scenario)["knn_top1"]
+        metrics = evaluate_network(network, data, scenario)
+        knn[temperature], few_labels_knn[temperature] = metrics["knn_top1"], metrics["knn_top1_10pct"]
         assert knn[temperature] == knn_top1(train_f, data.train_y, test_f, data.test_y, data.num_classes,
                                             k=scenario["eval"]["knn_k"], temperature=temperature)
+        subsets = [label_subset(data.train_y, 0.1, scenario["seed"], draw) for draw in range(2)]
+        assert few_labels_knn[temperature] == pytest.approx(statistics.fmean(
+            knn_top1(train_f[rows], data.train_y[rows], test_f, data.test_y, data.num_classes,
+                     k=scenario["eval"]["knn_k"], temperature=temperature) for rows in subsets), abs=1e-12)
     assert knn[0.1] != knn[10.0]
+    assert few_labels_knn[0.1] != few_labels_knn[10.0]
 
 
 def test_a_projector_adds_a_knn_on_its_output_of_the_backbone_features(synthetic_raw):
