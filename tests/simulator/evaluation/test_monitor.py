@@ -158,7 +158,9 @@ def test_one_percent_knn_and_probe_match_a_hand_computation_per_draw():
 def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(synthetic_raw):
     """On the synthetic data with eval.train_subset = 1000: 10% is 100 of those 1,000 rows; each
     metric is the mean over the draws of the kNN / probe / fine-tuning (with the light augmentation:
-    crops of 80-100% of the area, the scenario's flips, no colour) on that draw's rows."""
+    crops of 80-100% of the area, the scenario's flips, no colour) on that draw's rows. The probe's
+    iterations, the fine-tuning's learning rate and the flip probability are the scenario's (none
+    of them its default here)."""
     import statistics
 
     import torch
@@ -170,7 +172,9 @@ def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(
     from simulator.scenario import resolve
     scenario = resolve({**synthetic_raw, "eval": {"knn_k": 5, "train_subset": 1000, "test_subset": 100,
                                                   "label_fractions": [0.1], "label_draws": 2, "finetune_steps": 10,
-                                                  "finetune_batch_size": 16, "finetune_augment": True}})
+                                                  "finetune_batch_size": 16, "finetune_augment": True,
+                                                  "probe_iterations": 2, "finetune_lr": 0.01},
+                        "augment": {"flip_prob": 1.0}})
     data = load_eval_data(scenario)
     assert len(data.train_y) == 1000
     torch.manual_seed(0)
@@ -185,11 +189,11 @@ def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(
         labels = data.train_y[rows]
         expected["knn_top1_10pct"].append(knn_top1(train_f[rows], labels, test_f, data.test_y, 10, k=5))
         expected["linear_top1_10pct"].append(linear_probe_top1(train_f[rows], labels, test_f, data.test_y, 10,
-                                                               max_iter=scenario["eval"]["probe_iterations"]))
+                                                               max_iter=2))
         expected["finetune_top1_10pct"].append(finetune_top1(
             encoder, data.train_x[rows], labels, data.test_x, data.test_y, 10, steps=10, batch_size=16,
-            lr=scenario["eval"]["finetune_lr"], seed=derive_seed(scenario["seed"], "finetune", 0.1, draw),
-            augment=BatchAugment(AugmentConfig(crop_scale=(0.8, 1.0), flip_prob=0.5, jitter_prob=0.0))))
+            lr=0.01, seed=derive_seed(scenario["seed"], "finetune", 0.1, draw),
+            augment=BatchAugment(AugmentConfig(crop_scale=(0.8, 1.0), flip_prob=1.0, jitter_prob=0.0))))
     for name, values in expected.items():
         assert metrics[name] == pytest.approx(statistics.fmean(values), abs=1e-12)
     assert metrics["knn_top1_10pct"] != metrics["knn_top1"]  # the whole bank is another protocol
