@@ -195,7 +195,7 @@ class Method:
         raise NotImplementedError
 
     def client_extra(self, state: dict[str, Any], client_id: int, ctx: RoundContext) -> dict[str, Any] | None:
-        """What only this client receives (e.g. its own last correlation matrix), or ``None``."""
+        """What only this client receives (e.g. FedSC's aggregate of the other clients' correlation matrices), or ``None``."""
         return None
 
     def server_update(self, state: dict[str, Any], total: Stats | None,

@@ -76,7 +76,8 @@ Where this differs from the paper and its reference code (ShusenJing/FedSC_ICML2
 
 - DP schedule (the DP scenarios): they share every 2nd round from the start with delta 1e-5, and
   sigma is set for a client that shares in every sharing round. Table 6 of the paper shares only
-  from the middle or late rounds (t > 100 or t > 150 of T = 200, every 2nd round), with delta 1e-2
+  from the middle or late rounds of T = 200: every round after 100 (SVHN) or 150 (CIFAR-10 at
+  epsilon 3), every 2nd round after 100 (the other CIFAR-10 and all CIFAR-100 rows), with delta 1e-2
   or 1e-4, and Appendix C scales sigma with the participation ratio; fewer shares need less noise
   (e.g. half as many: a noise multiplier about 0.7 times as large). ``share_from_round`` sets a late
   start; the shipped ones are more pessimistic than the paper's protocol.

@@ -11,7 +11,7 @@ The threshold is an absolute distance, calibrated on the reference's training (5
 round, 5 local epochs, batch 128, lr 0.032 cosine, its loss twice this one): d grows with the local
 steps and the step size, so the same 0.4 splits clients elsewhere under other settings. Under
 ``scenarios/fedavg/fedu.yaml`` (1 local epoch, batch 64, lr 0.05, 10 of 100 clients) one client of
-600 Fashion-MNIST images has d = 0.45 after its first training (0.79 with 5 local epochs), so such
+600 Fashion-MNIST images has d = 0.45 after its first training (0.77 with 5 local epochs), so such
 a client keeps its own predictor.
 """
 from __future__ import annotations

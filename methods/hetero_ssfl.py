@@ -48,8 +48,9 @@ un-augmented images through the online encoder, projector and predictor in train
 The encoders' GroupNorm keeps no running statistics, so the RAD reaches a client's weights only
 through the alignment gradient; with ``model.head_norm: batch`` (BYOL's hidden BatchNorm1d in
 projector and predictor, which the shipped scenarios set, as BYOL's reference heads have it) that
-forward pass also moves the heads' BatchNorm running statistics, which only the eval-mode kernel
-reads (evaluation uses the encoder's features), alike in both ``mu > 0`` variants below.
+forward pass also moves the heads' BatchNorm running statistics, which the eval-mode kernel reads,
+and so does the projector kNN monitor (``knn_projector_top1``; the probe and the backbone kNN use the
+encoder's features alone), alike in both ``mu > 0`` variants below.
 ``mu = 0`` never touches the RAD in training, so "aligned vs mu = 0" confounds the alignment with
 extra (all-class) training images. The control ``rad_term: ssl`` separates the two:
 the same term weight ``mu``, in the same rounds (those with a ``Kbar``), on the same RAD rows drawn

@@ -19,9 +19,11 @@ over its data) and uploads online + target weights (summed as ``Stats``, FedAvg)
 
 Projector (reference ``projection_MLP_orchestra``): Linear(no bias) -> BatchNorm1d -> ReLU ->
 Linear(no bias) -> BatchNorm1d(affine=False), widths ``model.hidden_dim`` / ``model.projector_dim``.
-The last normalisation centres every coordinate over the batch: without it the projections of
-post-ReLU features all point the same way (mean pairwise cosine ~0.97 at init on Fashion-MNIST),
-every assignment is the same and the clustering loss stays at log G. Networks run in train mode
+The last normalisation centres every coordinate over the batch. The backbone's post-ReLU features
+all point nearly the same way (mean pairwise cosine 0.94-0.96 at init, 512 Fashion-MNIST images,
+small CNN, seeds 0-2), and a projector without any normalisation keeps them so (0.96-0.97: every
+assignment is the same and the clustering loss stays at log G); the hidden BatchNorm alone leaves
+0.31-0.35, the final one brings it to 0.00. Networks run in train mode
 throughout, as the reference's ``net.train()``: the online views, the target's view (no
 gradient) and the setup round's memory fill use batch statistics. The BatchNorm running
 statistics (running_mean, running_var) are part of the uploaded weights and averaged like every

@@ -40,6 +40,8 @@ above:
   to the unlabelled rows only (about 10% more rows in the ``_semi10`` scenarios).
 * The CIFAR scenarios' colour distortion has no hue jitter (Appendix A: hue 0.1): the simulator's
   batched augmentation has none.
+* Projector width: Appendix A's projectors have a hidden layer of 2048 units (128 outputs), as the
+  CIFAR scenarios set; the Fashion-MNIST scenarios keep ``model.hidden_dim`` 512, a CPU-scale choice.
 """
 from __future__ import annotations
 
