@@ -257,7 +257,10 @@ def metrics_without_timing(run_dir):
 
 def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, synthetic_raw, tmp_path):
     raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 4, "local_epochs": 2},
-           "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2}}
+           "eval": {**synthetic_raw["eval"], "every": 2}, "output": {**synthetic_raw["output"], "checkpoint_every": 2},
+           # on Ray from the first round, the resumed session too (with the default "driver", rounds this
+           # short could all be played in the driver while Ray starts, and the resume never reach Ray)
+           "ray": {**synthetic_raw["ray"], "while_starting": "wait"}}
     # the uninterrupted reference in-process: bitwise the Ray run (tests/simulator/test_inprocess.py)
     _, reference = run_scenario(resolve({**raw, "executor": "in_process"}), str(tmp_path / "reference"),
                                 progress=False)
@@ -279,6 +282,7 @@ def test_killed_driver_resumes_to_the_uninterrupted_result(ray_session, syntheti
     resumed = subprocess.run([*fedssl, "run", "--resume", str(run_dir), "--quiet"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     summary = yaml.safe_load((run_dir / "summary.json").read_text())
+    assert summary["rounds_while_ray_started"] == 0
     assert summary["final"] == reference["final"] and summary["initial"] == reference["initial"]
     assert summary["pixels"] == reference["pixels"] and reference["pixels"]["knn_top1"] > 0
     assert metrics_without_timing(run_dir) == metrics_without_timing(tmp_path / "reference")

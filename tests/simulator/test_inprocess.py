@@ -1,6 +1,6 @@
-"""The in-process executor: bitwise the metrics and the final global state of the same scenario on
-Ray, for every method (share passes, server state; stateful clients in worker pools: test_engine.py's
-tier-pool test), and no Ray imported; a run's training is the same whether or how often it is
+"""The in-process executor with one worker: bitwise the metrics and the final global state of the same
+scenario on Ray with three, for every method (share passes, server state, DP noise, stateful clients;
+clients in tier worker pools: test_engine.py's tier-pool test), and no Ray imported; a run's training is the same whether or how often it is
 evaluated."""
 import json
 import subprocess
@@ -23,6 +23,15 @@ METHODS = {  # (FedAvg + SimCLR, the default, differs from the BYOL + UV case on
     "fedsc": {"method": {"name": "fedsc", "objective": "spectral", "clip_mu": 4.0}},
     "orchestra": {"method": {"name": "orchestra", "num_global_clusters": 8, "num_local_clusters": 4,
                              "memory_size": 64}},
+}
+# Each with state or randomness of its own: DP noise and the accountant, stateful clients through the
+# client-state store, the rotation head, the labelled subset (Hetero-SSFL's tier pools: test_engine.py).
+MORE_METHODS = {
+    "fedsc_dp": {"method": {"name": "fedsc", "share_views": 1, "share_every": 2, "target_epsilon": 8.0}},
+    "fedema": {"method": {"name": "fedema", "objective": "byol", "selective": False}},
+    "fedu": {"method": {"name": "fedu", "objective": "byol"}},
+    "rotpred": {"method": {"name": "rotpred"}},
+    "simsiam_uv_semi10": {"method": {"name": "fedavg", "objective": "simsiam", "uv": True, "labelled_fraction": 0.1}},
 }
 
 
@@ -49,14 +58,17 @@ def flat_tensors(node, prefix=""):
     return {}
 
 
-@pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.parametrize("name", sorted({**METHODS, **MORE_METHODS}))
 def test_in_process_gives_bitwise_the_ray_run(ray_session, synthetic_raw, tmp_path, name):
-    raw = with_overrides(synthetic_raw, METHODS[name])
+    """Every logged value and every tensor of the final state: one process with one worker's share
+    against three Ray workers (the driver's slot and two actors), so neither the executor nor the
+    split of the cohort into shares shows."""
+    raw = with_overrides(synthetic_raw, {**METHODS, **MORE_METHODS}[name])
     raw["eval"] = {**raw["eval"], "every": 2}
     runs = {}
-    for executor in ("ray", "in_process"):
-        run_dir, summary = run_scenario(resolve({**raw, "executor": executor}), str(tmp_path / executor),
-                                        progress=False)
+    for executor, workers in (("ray", 3), ("in_process", 1)):
+        run_dir, summary = run_scenario(resolve({**raw, "executor": executor, "ray": {"num_workers": workers}}),
+                                        str(tmp_path / executor), progress=False)
         runs[executor] = (run_dir, summary)
     (ray_dir, ray_summary), (local_dir, local_summary) = runs["ray"], runs["in_process"]
     ray_metrics, local_metrics = logged_values(ray_dir), logged_values(local_dir)

@@ -1,6 +1,7 @@
 """Clean stops: SIGINT or SIGTERM during a run ends it with one line naming the round it reached and
 the command that resumes it; no process is left behind, and the resumed run ends where an
 uninterrupted one does."""
+import json
 import os
 import signal
 import subprocess
@@ -92,7 +93,8 @@ def slow_raw(synthetic_raw):
 
 def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrupted_run_does(slow_raw, tmp_path):
     scenario = tmp_path / "slow.yaml"
-    scenario.write_text(yaml.safe_dump(slow_raw))
+    # both sessions on Ray from their first round (the default plays rounds in the driver while Ray starts)
+    scenario.write_text(yaml.safe_dump({**slow_raw, "ray": {**slow_raw["ray"], "while_starting": "wait"}}))
     stopped, started = stop_during_round_2(scenario, tmp_path / "stopped", signal.SIGINT)
     assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr
     last = stopped.stderr.strip().splitlines()[-1]
@@ -110,6 +112,7 @@ def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrup
     whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet",
                                   "--set", "executor=in_process"), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr
+    assert json.loads((tmp_path / "stopped" / "summary.json").read_text())["rounds_while_ray_started"] == 0
     assert logged_values(tmp_path / "stopped") == logged_values(tmp_path / "whole")
 
 
