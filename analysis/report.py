@@ -59,6 +59,11 @@ def read_run(run_dir: Path) -> dict:
             raise ValueError(f"{summary_path}: pixels: expected the raw-pixel reference's metrics, got "
                              f"{summary['pixels']!r}")
         check_metric_values(summary_path, "pixels", summary["pixels"])
+    rounds, wall = summary.get("rounds_completed"), summary.get("wall_seconds", 0.0)
+    if type(rounds) is not int or rounds < 0:  # an int, not a bool
+        raise ValueError(f"{summary_path}: rounds_completed: expected a non-negative integer, got {rounds!r}")
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall):
+        raise ValueError(f"{summary_path}: wall_seconds: expected a number of seconds, got {wall!r}")
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], **summary,
             "groups": final_group_means(run_dir / "metrics.parquet")}
 
@@ -145,7 +150,7 @@ def markdown_table(runs: list[dict]) -> str:
     for run in sorted(runs, key=lambda r: (r["name"], r["seed"])):
         cells = " | ".join(percent(run[s][k]) for s, k in shown)
         lines.append(f"| {run['name']} | {run['seed']} | {cells} | {run['rounds_completed']} | "
-                     f"{run['wall_seconds']:.0f} |")
+                     f"{format(run['wall_seconds'], '.0f') if 'wall_seconds' in run else '—'} |")
     grouped = by_scenario([run for run in runs if run["groups"]])
     if grouped:
         lines += ["", "| scenario | group | seeds | " + " | ".join(f"final {k} (group mean)" for k in METRICS) + " |",

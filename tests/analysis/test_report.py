@@ -65,6 +65,12 @@ def test_unfinished_run_is_an_error(tmp_path, capsys):
     ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
                      '"pixels": {"knn_top1": true}}',
      "summary.json: pixels.knn_top1: expected a finite number, got True"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
+                     '"rounds_completed": "3", "wall_seconds": 12.0}',
+     "summary.json: rounds_completed: expected a non-negative integer, got '3'"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
+                     '"rounds_completed": 3, "wall_seconds": [12]}',
+     "summary.json: wall_seconds: expected a number of seconds, got [12]"),
     ("scenario.yaml", "name: [unclosed", "scenario.yaml: line 1: not valid YAML"),
     ("scenario.yaml", "- a list", "scenario.yaml: -: expected the resolved scenario fedssl run writes"),
 ])
