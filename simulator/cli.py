@@ -363,7 +363,9 @@ def check_before_running(scenario: dict, source: str) -> None:
     from simulator.held_out import HeldOutImages
     from simulator.runlog import check_directory_path
     if scenario["executor"] == "ray":  # an in-process run never imports Ray
-        from simulator.engine import own_instance_room
+        from simulator.engine import own_instance_room, unreachable_address
+        if (unreachable := unreachable_address(scenario)) is not None:
+            raise ScenarioError(source, "ray.address", unreachable)
         if (no_room := own_instance_room(scenario)) is not None:
             raise ScenarioError(source, "ray.worker_pools" if scenario["ray"]["worker_pools"] else "ray.num_workers",
                                 no_room)

@@ -15,6 +15,7 @@ import math
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -79,6 +80,25 @@ def actor_cpus(scenario: dict) -> float:
     if scenario["ray"]["driver_simulates"] and driver_pool is not None and driver_pool["count"] > 0:
         total -= driver_pool["num_cpus"]
     return total
+
+
+def unreachable_address(scenario: dict, timeout: float = 5.0) -> str | None:
+    """Why the Ray cluster at ``ray.address`` (``HOST:PORT`` or ``ray://HOST:PORT``) cannot be joined,
+    in a line, where nothing accepts a connection there within ``timeout`` seconds; else None
+    (``auto``, ``local``, no address, or this process already connected). ``ray.init`` would retry such an
+    address for minutes without a word a researcher could act on."""
+    address = scenario["ray"]["address"]
+    if not address or address in ("auto", "local") or ray.is_initialized():
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return f"expected auto, local, HOST:PORT or ray://HOST:PORT (a Ray cluster's head), got {address!r}"
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        return (f"nothing answers at {host}:{port} ({err.strerror or err}); expected the address of a running "
+                f"Ray cluster's head (ray start --head, or ray up cluster.yaml), or auto")
+    return None
 
 
 def own_instance_room(scenario: dict) -> str | None:

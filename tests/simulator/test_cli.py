@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
+from simulator.scenario import load_scenario
 
 
 def write(tmp_path, raw):
@@ -237,6 +238,7 @@ def marked_shutdown(*args, **kwargs):
     shutdown(*args, **kwargs)
 ray.shutdown = marked_shutdown
 from simulator.cli import main
+from simulator.scenario import load_scenario
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -290,3 +292,31 @@ def test_a_signal_between_two_runs_ends_a_claim_or_sweep_with_one_line(synthetic
     err = capsys.readouterr().err
     assert len(calls) == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"fedssl: stopped by SIGTERM between two runs; {hint}"
+
+
+def test_a_ray_address_where_nothing_answers_is_one_line_not_minutes_of_retries(synthetic_raw, tmp_path, capsys,
+                                                                               monkeypatch):
+    """ray.init retries an address with no cluster behind it for minutes (over 200 s here) with only
+    Ray's log lines; the check connects first. An address that answers passes it."""
+    import socket
+
+    from simulator import engine
+    monkeypatch.setattr(engine.ray, "is_initialized", lambda: False)  # as in a fresh command's process
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, not listening: connections are refused
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+            scenario = write(tmp_path, {**synthetic_raw, "ray": {"address": address}})
+            assert main(["run", str(scenario), "--out", str(tmp_path / "never")]) == 2
+            assert capsys.readouterr().err == (
+                f"fedssl: error: {scenario}: ray.address: nothing answers at 127.0.0.1:{port} (Connection refused); "
+                f"expected the address of a running Ray cluster's head (ray start --head, or ray up cluster.yaml), "
+                f"or auto\n")
+    assert main(["validate", str(write(tmp_path, {**synthetic_raw, "ray": {"address": "head-node"}}))]) == 2
+    assert "ray.address: expected auto, local, HOST:PORT or ray://HOST:PORT" in capsys.readouterr().err
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        answering = {**synthetic_raw, "ray": {"address": f"127.0.0.1:{listening.getsockname()[1]}"}}
+        assert engine.unreachable_address(load_scenario(write(tmp_path, answering))) is None
+    assert not (tmp_path / "never").exists() and not (tmp_path / "cache").exists()
