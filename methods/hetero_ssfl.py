@@ -9,7 +9,9 @@ In this engine's rounds (t = 1..T, no setup round):
 
 - A sampled client restores its model from the client-state store (the first time: initialises it,
   seeded by run seed and client id, and receives the RAD, payload kind ``"rad"``, once; it keeps the
-  RAD in its state), trains E local epochs (:func:`methods.objective_step.train_objective`, the
+  RAD in its state; the server marks a client as holding the RAD only once it has reported, so one
+  sampled but not reporting (dropped, late, over-selected) is sent it again, and ``bytes_down/rad``
+  counts each sending), trains E local epochs (:func:`methods.objective_step.train_objective`, the
   loop FedAvg's clients run) on ``l_SSL + mu * (1 - CKA(K_k, Kbar(t-1)))`` (:func:`methods.losses.cka.cka_alignment_loss`),
   the gradient flowing through its predictor outputs on the RAD, and uploads its new kernel.
 - Kernels: ``K = H A A^T H / ||H A A^T H||_F`` with ``A`` the predictor outputs on the whole RAD in

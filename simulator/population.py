@@ -5,14 +5,21 @@ is the same whatever the number of workers or nodes, and is known before any cli
 that are offline, drop out or miss the deadline are not simulated at all (their update is lost).
 
 - availability: client j is online with probability ``p_j`` (``availability`` +- a uniform spread
-  of ``availability_spread``, drawn once per client), times a diurnal factor
-  ``1 + diurnal_amplitude * sin(2 pi round / diurnal_period)``; or, with ``availability_trace``, a
+  of ``availability_spread``, drawn once per client, clipped to [0, 1]: the spread must stay below
+  ``availability``, or some clients would never be online), times a diurnal factor
+  ``1 + diurnal_amplitude * sin(2 pi round / diurnal_period)``, the product clipped to 1 (so near
+  full availability the mean online rate and the cycle's amplitude are below the nominal ones); or, with ``availability_trace``, a
   CSV file with columns ``round,client`` listing who is online (rounds wrap around the trace).
 - sampling: the server samples the round's cohort among the clients online in that round (they
   have checked in, as in production systems, Flower and FedScale), all of them when fewer are.
 - dropout: a sampled client drops out mid-round with probability ``dropout``.
-- speed tiers: ``speed_tiers`` is a list of ``{fraction, samples_per_second}``; a client's simulated
-  compute time is ``n_j * local_epochs / samples_per_second`` times a log-normal jitter (sigma 0.25).
+- speed tiers: ``speed_tiers`` is a list of ``{fraction, samples_per_second}`` (fractions summing to
+  1; a tier holds its fraction of the clients rounded to the nearest, the clients left over going to
+  the largest remainders), fixed per client by the seed; a client's simulated compute time is
+  ``n_j * local_epochs / samples_per_second`` times a log-normal jitter (sigma 0.25). With a deadline,
+  a slow tier whose median time exceeds it reports only when its jitter is low, and over-selection
+  keeps the fastest reports: its clients' data then enters training seldom (``cross_device.yaml``:
+  the slowest fifth of the clients makes 2.5% of the reports).
 - deadline: clients whose simulated time exceeds ``deadline_seconds`` are late (dropped).
 - over-selection: ``ceil(clients_per_round * (1 + over_selection))`` clients are sampled; the
   first ``clients_per_round`` to report are kept, as production cross-device systems do.
@@ -79,8 +86,10 @@ class Population:
         self.availability = np.clip(population["availability"] + spread * traits.uniform(-1, 1, n), 0, 1)
         tiers = population["speed_tiers"]
         fractions = np.array([t["fraction"] for t in tiers], dtype=float)
-        counts = np.floor(fractions / fractions.sum() * n).astype(int)
-        counts[: n - counts.sum()] += 1
+        quotas = fractions / fractions.sum() * n  # the fractions sum to 1 (the scenario checks it)
+        counts = np.floor(quotas).astype(int)
+        # the clients left over go to the largest remainders (Hamilton's method; the first tier among equals)
+        counts[np.argsort(counts - quotas, kind="stable")[: n - counts.sum()]] += 1
         tier_of_rank = np.repeat(np.arange(len(tiers)), counts)
         self.speed = np.array([t["samples_per_second"] for t in tiers], dtype=float)[
             tier_of_rank[np.argsort(traits.permutation(n))]]

@@ -316,6 +316,14 @@ def check_values(scenario: dict, source: str) -> None:
         raise ScenarioError(source, "population.clients_per_round",
                             f"expected at most population.num_clients ({population['num_clients']}), "
                             f"got {population['clients_per_round']}")
+    if not population["availability_spread"] < population["availability"]:
+        raise ScenarioError(source, "population.availability_spread",
+                            f"expected less than population.availability ({population['availability']}), or the "
+                            f"clients whose availability it takes to 0 are never online; got "
+                            f"{population['availability_spread']!r}")
+    fractions = sum(tier["fraction"] for tier in population["speed_tiers"])
+    if not math.isclose(fractions, 1.0, abs_tol=1e-6):
+        raise ScenarioError(source, "population.speed_tiers", f"expected fractions summing to 1, got {fractions!r}")
     check_gpus(scenario["ray"]["worker"]["num_gpus"], "ray.worker.num_gpus", source)
     fractions = scenario["eval"]["label_fractions"]
     if not all(0 < f <= 1 for f in fractions) or len(set(map(fraction_suffix, fractions))) < len(fractions):

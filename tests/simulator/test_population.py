@@ -137,11 +137,37 @@ def test_speed_tiers_are_validated():
               "population.speed_tiers[1].samples_per_second: expected a positive number, got 0"),
              ([{"fraction": True, "samples_per_second": 9}], "population.speed_tiers[0].fraction: expected a positive"),
              ([], "population.speed_tiers: expected a non-empty list of {fraction, samples_per_second}, got []"),
-             ([1.0], "population.speed_tiers[0]: expected a mapping")]
+             ([1.0], "population.speed_tiers[0]: expected a mapping"),
+             # fractions that do not sum to 1 were rescaled without a word
+             ([{"fraction": 0.5, "samples_per_second": 9}, {"fraction": 0.3, "samples_per_second": 90}],
+              "population.speed_tiers: expected fractions summing to 1, got 0.8")]
     for tiers, message in cases:
         with pytest.raises(ScenarioError) as err:
             resolve({"population": {"speed_tiers": tiers}})
         assert message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("fractions, num_clients, hand_counts", [
+    ([0.2, 0.5, 0.3], 7, [1, 4, 2]),     # quotas 1.4, 3.5, 2.1: the one left over to the largest remainder
+    ([0.4, 0.3, 0.3], 16, [6, 5, 5]),    # 6.4, 4.8, 4.8
+    ([0.02, 0.98], 10, [0, 10]),         # 0.2, 9.8 (the first tiers took the leftovers: 1, 9)
+    ([0.2, 0.5, 0.3], 300, [60, 150, 90]),
+])
+def test_each_speed_tier_holds_its_fraction_of_the_clients_rounded_to_the_nearest(fractions, num_clients,
+                                                                                  hand_counts):
+    tiers = [{"fraction": f, "samples_per_second": float(10 ** i)} for i, f in enumerate(fractions)]
+    speed = population(num_clients=num_clients, speed_tiers=tiers).speed
+    assert [int((speed == 10.0 ** i).sum()) for i in range(len(tiers))] == hand_counts
+
+
+def test_an_availability_spread_reaching_zero_is_refused():
+    """With availability 0.1 and a spread of 0.2 a quarter of the clients would never be online (their
+    drawn availability clipped to 0): 259 of 1000 in 2000 rounds."""
+    with pytest.raises(ScenarioError, match=r"population.availability_spread: expected less than "
+                                            r"population.availability \(0.1\), or the clients whose availability "
+                                            r"it takes to 0 are never online; got 0.2"):
+        resolve({"population": {"availability": 0.1, "availability_spread": 0.2}})
+    resolve({"population": {"availability": 0.1, "availability_spread": 0.09}})
 
 
 def test_speed_tiers_fall_on_clients_drawn_by_the_seed_not_by_id():
