@@ -64,6 +64,9 @@ def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, caps
             assert row[f"final_{metric}"] == summary["final"][metric]
             assert row[f"round0_{metric}"] == summary["initial"][metric]
             assert row[f"pixels_{metric}"] == summary["pixels"][metric]
+    # the command's second run starts long after the process's launch: no launch-to-round-1 time
+    second = json.loads((out / "population.num_clients=8" / "summary.json").read_text())
+    assert second["seconds_from_launch_to_end_of_round_1"] is None
     for measure in ("seconds_per_round", "samples_per_second", "workers_peak_mb", "final_linear_top1"):
         assert (out / f"{measure}.png").read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr()
