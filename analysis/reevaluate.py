@@ -53,5 +53,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
         final, logged = evaluate(server.eval_networks(load_client_state))
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], "initial": initial,
             "final": final, "pixels": pixels, "rounds_completed": saved["round"], "wall_seconds": saved["elapsed"],
-            "groups": group_means(logged)}
+            "groups": group_means(logged),
+            # the training's provenance, as report shows it (the checkpoint records both)
+            **{key: saved[key] for key in ("numerics", "code") if saved.get(key)}}
 

@@ -41,6 +41,8 @@ def test_unchanged_settings_give_the_runs_own_numbers_and_write_nothing(tiny_run
             m: logged[section][m] for m in METRICS + LABEL_EFFICIENT}
     assert (again["rounds_completed"], again["name"], again["seed"]) == (2, "tiny", 3)
     assert again["pixels"] == logged["pixels"] and again["pixels"]["knn_top1_1pct"] > 0
+    # the training's provenance, so that evaluate's tables name the runs' code and warn of mixed numerics
+    assert again["code"] == logged["code"] and again["numerics"] == logged["numerics"] and logged["code"]
     assert listing(run_dir) == before
 
 
