@@ -169,14 +169,15 @@ LEARNING_MARGINS = {"linear_top1": 4.0, "knn_top1": 2.0}
 
 
 def parse_margins(items: list[str] | None) -> dict[str, float]:
-    """``--margin METRIC=POINTS`` items over :data:`LEARNING_MARGINS` (replacing them when given)."""
-    if not items:
-        return dict(LEARNING_MARGINS)
-    margins = {}
-    for item in items:
+    """:data:`LEARNING_MARGINS` with each ``--margin METRIC=POINTS`` item's metric set to its points (a
+    metric not given keeps its margin: one ``--margin`` replacing both let runs that never beat their
+    random network on the probe "clear the margins")."""
+    margins, given = dict(LEARNING_MARGINS), set()
+    for item in items or ():
         metric, _, points = item.partition("=")
-        if metric in margins:
+        if metric in given:
             raise ValueError(f"--margin: expected each metric once, got {metric} twice ({item!r})")
+        given.add(metric)
         try:
             margins[metric] = float(points)
         except ValueError:

@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
                            help="also print each scenario minus this scenario, paired by seed")
         table.add_argument("--margin", dest="margins", action="append", metavar="METRIC=POINTS",
                            help="a learning margin over the run's round-0 network (repeatable; default: "
-                                "linear_top1=4 and knn_top1=2, the protocol's)")
+                                "linear_top1=4 and knn_top1=2, the protocol's; a metric not given keeps its own)")
         if name == "report":
             table.add_argument("--plot", metavar="DIR", type=path_argument,
                                help="also write learning curves (mean ± std over seeds) to DIR, new or empty: PNGs, "
@@ -94,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
     ledger.add_argument("--scenarios", default="scenarios", help="the shipped scenarios' folder (default: scenarios)")
     ledger.add_argument("--margin", dest="margins", action="append", metavar="METRIC=POINTS",
                         help="a learning margin over the run's round-0 network (repeatable; default: "
-                             "linear_top1=4 and knn_top1=2, the protocol's)")
+                             "linear_top1=4 and knn_top1=2, the protocol's; a metric not given keeps its own)")
     diff = sub.add_parser("diff", help="two runs value by value: does B reproduce A (exit 0), or not (exit 1)")
     diff.add_argument("run_a", help="run directory")
     diff.add_argument("run_b", help="run directory (compared up to the last round both logged)")
