@@ -45,7 +45,9 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self.pace = Pace(total, max(0, first_round - 1), elapsed_before)
 
-    def show(self, round_index: int, metrics: dict[str, float], last_eval: dict[str, float]) -> None:
+    def show(self, round_index: int, metrics: dict[str, float], last_eval: dict[str, float],
+             eval_round: int | None = None) -> None:
+        """``last_eval``: the newest evaluation, of round ``eval_round`` (named when not this round's)."""
         if not self.enabled:
             return
         loss = metrics.get("train/loss", float("nan"))
@@ -53,5 +55,7 @@ class Progress:
                 f"{metrics.get('time/round_seconds', 0):.2f} s/round  {self.pace.text(max(round_index, 0))}")
         if last_eval:
             line += f"  knn {100 * last_eval['knn_top1']:.2f}%  linear {100 * last_eval['linear_top1']:.2f}%"
+            if eval_round is not None and eval_round != round_index:
+                line += f" (round {eval_round})"
         end = "" if self.tty and round_index < self.total else "\n"
         print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)

@@ -382,7 +382,7 @@ class RunLoop:
         if r >= 1 and (r % scenario["output"]["checkpoint_every"] == 0 or r == rounds):
             self.checkpoint(r)
         self.log.flush()
-        display.show(r, metrics, self.evals[max(self.evals)] if self.evals else {})
+        display.show(r, metrics, self.evals[max(self.evals)] if self.evals else {}, max(self.evals, default=None))
 
     def heal(self, lost: ServerLost) -> int:
         """A new parameter server from the newest checkpoint (or from the start, where there is

@@ -37,6 +37,10 @@ def test_the_round_line_carries_elapsed_and_eta(capsys):
     clock = Clock()
     progress.pace = Pace(4, clock=clock)
     clock.now += 8
-    progress.show(1, {"train/loss": 1.5, "time/round_seconds": 8.0}, {"knn_top1": 0.5, "linear_top1": 0.625})
+    progress.show(1, {"train/loss": 1.5, "time/round_seconds": 8.0}, {"knn_top1": 0.5, "linear_top1": 0.625}, 1)
     assert capsys.readouterr().err == (
         "round 1/4  loss 1.5000  8.00 s/round  elapsed 8s  eta 24s  knn 50.00%  linear 62.50%\n")
+    clock.now += 8  # an evaluation of an earlier round says which (round 2 shows round 0's numbers)
+    progress.show(2, {"train/loss": 1.5, "time/round_seconds": 8.0}, {"knn_top1": 0.5, "linear_top1": 0.625}, 0)
+    assert capsys.readouterr().err == (
+        "round 2/4  loss 1.5000  8.00 s/round  elapsed 16s  eta 16s  knn 50.00%  linear 62.50% (round 0)\n")
