@@ -23,13 +23,17 @@ def learning_curves(runs: list[dict], metrics: tuple[str, ...]) -> list[dict]:
     """Rows (scenario, metric, round, mean, std, seeds) over the runs of each scenario name, at the
     rounds where every one of its seeds logged the metric; ``runs`` as ``analysis.report.read_run``
     gives them. Raises ValueError for a metric that none of the runs logged."""
+    tables = [(run["name"], read_metrics(Path(run["dir"]) / "metrics.parquet")) for run in runs]
+    logged = {row["name"] for _, rows in tables for row in rows}
+    # an evaluation metric may be named as report's tables and --margin name it (knn_top1: eval/knn_top1)
+    metrics = tuple(f"eval/{m}" if m not in logged and f"eval/{m}" in logged else m for m in metrics)
     values: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     seeds: dict[str, int] = defaultdict(int)
-    for run in runs:
-        seeds[run["name"]] += 1
-        for row in read_metrics(Path(run["dir"]) / "metrics.parquet"):
+    for name, rows in tables:
+        seeds[name] += 1
+        for row in rows:
             if row["name"] in metrics:
-                values[(run["name"], row["name"])][row["round"]].append(row["value"])
+                values[(name, row["name"])][row["round"]].append(row["value"])
     missing = [m for m in metrics if not any(metric == m for _, metric in values)]
     if missing:
         raise ValueError(f"--metric {missing[0]}: no run logged it (names are those of metrics.parquet, "
@@ -60,7 +64,7 @@ def write_curves(rows: list[dict], out: Path) -> list[Path]:
             axis.fill_between(x, [m - p["std"] for m, p in zip(mean, points)],
                               [m + p["std"] for m, p in zip(mean, points)], alpha=0.2)
         axis.set_xlabel("round")
-        axis.set_ylabel(metric)
+        axis.set_ylabel(f"{metric} (fraction)" if "_top1" in metric else metric)
         axis.legend(fontsize=7)
         figure.tight_layout()
         path = out / f"{metric.replace('/', '_')}.png"

@@ -19,7 +19,8 @@ def runs_with_curves(tmp_path):
 
 
 def test_curves_average_the_seeds_at_rounds_every_seed_logged(tmp_path):
-    rows = learning_curves(runs_with_curves(tmp_path), ("eval/knn_top1", "train/loss"))
+    runs = runs_with_curves(tmp_path)
+    rows = learning_curves(runs, ("eval/knn_top1", "train/loss"))
     knn_a = [(r["round"], r["mean"], r["std"], r["seeds"]) for r in rows
              if r["scenario"] == "a" and r["metric"] == "eval/knn_top1"]
     assert [k[0] for k in knn_a] == [0, 2] and [k[3] for k in knn_a] == [2, 2]
@@ -29,6 +30,9 @@ def test_curves_average_the_seeds_at_rounds_every_seed_logged(tmp_path):
     assert knn_b == [(0, 0.40, 0.0), (4, 0.80, 0.0)]
     loss_a = [(r["round"], r["mean"]) for r in rows if r["scenario"] == "a" and r["metric"] == "train/loss"]
     assert loss_a == [(1, 4.0), (2, 3.0)]
+    # knn_top1, as report's tables and --margin name it, is eval/knn_top1 (it was "no run logged it")
+    assert learning_curves(runs, ("knn_top1",)) == [
+        r for r in rows if r["metric"] == "eval/knn_top1"]
 
 
 def test_curves_parquet_and_one_png_per_metric_are_written(tmp_path):
