@@ -13,10 +13,11 @@ from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from simulator.progress import Pace
 from simulator.runlog import atomic_write, check_out
-from simulator.scenario import ScenarioError, load_scenario
+from simulator.scenario import ScenarioError, load_scenario, parse_yaml
 
 MEASURES = {
     "seconds_per_round": "wall time per round (s, steady state)",
@@ -34,16 +35,38 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
     keys, values = [], []
     for over in overs:
         key, sep, listed = over.partition("=")
-        if not sep or not key or not listed or "" in listed.split(","):
-            raise ScenarioError("--over", over, "expected dotted.key=value1,value2,...")
+        items = split_values(listed)
+        if not sep or not key or items is None or "" in items:
+            raise ScenarioError("--over", over, "expected dotted.key=value1,value2,... (a list value in brackets, "
+                                                "e.g. augment.crop_scale=[0.2,1.0],[0.35,1.0])")
         if key in keys:
             raise ScenarioError("--over", key, "swept twice; expected each key in one --over with all its values")
-        repeated = [v for v in dict.fromkeys(listed.split(",")) if listed.split(",").count(v) > 1]
+        for item in items:
+            try:
+                parse_yaml(item)
+            except yaml.YAMLError:
+                raise ScenarioError("--over", over, f"the value {item} is not valid YAML; expected e.g. 5, 0.1, "
+                                                    f"true, [0.8,1.0] or a name") from None
+        repeated = [v for v in dict.fromkeys(items) if items.count(v) > 1]
         if repeated:
             raise ScenarioError("--over", over, f"the value {repeated[0]} is given twice; expected each value once")
         keys.append(key)
-        values.append(listed.split(","))
+        values.append(items)
     return keys, [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*values)]
+
+
+def split_values(listed: str) -> list[str] | None:
+    """``listed`` split at the commas outside brackets (``[0.2,1.0],[0.35,1.0]``: two list values);
+    None where its brackets do not pair."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(listed):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0:
+            return None
+        if char == "," and depth == 0:
+            items.append(listed[start:i])
+            start = i + 1
+    return None if depth else [*items, listed[start:]]
 
 
 def row_of(overrides: list[str], summary: dict[str, Any]) -> dict[str, Any]:

@@ -17,13 +17,23 @@ def test_grid_is_the_product_of_the_swept_values():
         grid(["seed"])
     with pytest.raises(ScenarioError, match="--over: seed: swept twice; expected each key in one --over"):
         grid(["seed=0,1", "population.num_clients=10", "seed=2"])
+    # a list-valued key: its values in brackets (the commas inside them split nothing)
+    keys, combos = grid(["augment.crop_scale=[0.2,1.0],[0.35,1.0]"])
+    assert combos == [["augment.crop_scale=[0.2,1.0]"], ["augment.crop_scale=[0.35,1.0]"]]
+
+
+EXPECTED_OVER = ("expected dotted.key=value1,value2,... (a list value in brackets, "
+                 "e.g. augment.crop_scale=[0.2,1.0],[0.35,1.0])")
 
 
 @pytest.mark.parametrize("over, message", [
     ("training.lr=0.1,0.1", "--over: training.lr=0.1,0.1: the value 0.1 is given twice; expected each value once"),
     ("seed=0,1,2,1", "--over: seed=0,1,2,1: the value 1 is given twice; expected each value once"),
-    ("=1,2", "--over: =1,2: expected dotted.key=value1,value2,..."),
-    ("seed=1,,2", "--over: seed=1,,2: expected dotted.key=value1,value2,..."),
+    ("=1,2", f"--over: =1,2: {EXPECTED_OVER}"),
+    ("seed=1,,2", f"--over: seed=1,,2: {EXPECTED_OVER}"),
+    ("augment.crop_scale=[0.2,1.0],[0.35,1.0", f"--over: augment.crop_scale=[0.2,1.0],[0.35,1.0: {EXPECTED_OVER}"),
+    ("training.lr=0.1,{a", "--over: training.lr=0.1,{a: the value {a is not valid YAML; expected e.g. 5, 0.1, true, "
+                           "[0.8,1.0] or a name"),  # was blamed on --set
 ])
 def test_a_repeated_value_or_a_missing_key_is_one_line_before_anything_runs(synthetic_raw, tmp_path, capsys, over,
                                                                             message):
