@@ -232,7 +232,9 @@ class WorkerInDriver:
             raise ServerLost(f"round {ctx.round}: the parameter server died") from None
         try:
             with threads(self.worker.pool["num_cpus"]):
-                return self.worker.run(broadcast, extras, client_ids, ctx)[1]
+                result = self.worker.run(broadcast, extras, client_ids, ctx)[1]
+            result.rss_mb = 0.0  # the driver's memory is memory/driver_rss_mb, not a worker's
+            return result
         except FloatingPointError as err:
             raise WorkerFailure(str(err)) from None
 

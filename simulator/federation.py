@@ -107,7 +107,7 @@ class WorkerResult:
     bytes_up: Counter = field(default_factory=Counter)
     client_states: dict[int, Any] = field(default_factory=dict)
     samples: int = 0
-    rss_mb: float = 0.0  # the worker's resident memory after its share (set by the engine)
+    rss_mb: float = 0.0  # the worker actor's resident memory after its share (0: simulated by the driver)
 
 
 def simulate_clients(method: Method, workspace: Any, load_client, broadcast: dict[str, Any],

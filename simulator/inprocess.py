@@ -80,8 +80,7 @@ class InProcessFederation:
             if self.store is not None:
                 self.store.put({cid: dumps(s) for cid, s in result.client_states.items()})
                 result.client_states = {}
-            result.rss_mb = memory_mb()["rss_mb"]
-            results.append(result)
+            results.append(result)  # no worker process: its memory is the driver's (memory/driver_rss_mb)
         with threads(1):
             metrics = self.server.aggregate(ctx, results)
         if self.store is not None:  # as the Ray engine: once the server step has every share

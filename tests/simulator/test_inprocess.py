@@ -13,6 +13,7 @@ import yaml
 
 from analysis.run_diff import logged_values
 from simulator.run import run_scenario
+from simulator.runlog import read_metrics
 from simulator.scenario import resolve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,3 +114,7 @@ def test_evaluations_leave_the_training_as_it_is(synthetic_raw, tmp_path):
     assert never_state and sorted(evaluated_state) == sorted(never_state)
     for key, tensor in never_state.items():
         assert torch.equal(evaluated_state[key], tensor), key
+    # no worker process ran: the workers' memory is 0 (it summed the driver's memory once per worker slot)
+    memory = [row for row in read_metrics(runs["never"] / "metrics.parquet") if row["name"].startswith("memory/")]
+    assert {row["value"] for row in memory if row["name"] == "memory/workers_rss_mb"} == {0.0}
+    assert all(row["value"] > 0 for row in memory if row["name"] == "memory/driver_rss_mb") and len(memory) == 6
