@@ -129,9 +129,12 @@ def sample_std(values: list[float]) -> float:
 
 
 def mean_std(values: list[float | None]) -> str:
-    """``mean ± sample std`` in percent; ``n/a`` when a value is missing (None)."""
+    """``mean ± sample std`` in percent; ``n/a`` when a value is missing (None); one value alone has no
+    spread to show (``± 0.00`` read as seeds that agree)."""
     if any(v is None for v in values):
         return "n/a"
+    if len(values) == 1:
+        return f"{percent(values[0])} (1 seed)"
     return f"{percent(statistics.mean(values))} ± {percent(sample_std(values))}"
 
 

@@ -28,7 +28,7 @@ def test_table_has_mean_std_per_scenario_and_per_seed_rows(tmp_path):
     runs.append(read_run(fake_run(tmp_path, "b", 0, 0.75)))
     table = markdown_table(runs)
     assert "| a | 0,1,2 | 50.00 ± 0.00 | 60.00 ± 0.00 | 80.00 ± 10.00 | 70.00 ± 0.00 |" in table
-    assert "| b | 0 | " in table
+    assert "| b | 0 | 50.00 (1 seed) | 60.00 (1 seed) | 75.00 (1 seed) |" in table  # not "± 0.00": no spread known
     assert "| a | 1 | 50.00 | 60.00 | 80.00 | 70.00 | 3 | 12 |" in table
 
 
