@@ -23,10 +23,10 @@ MEASURES = {
     "seconds_per_round": "wall time per round (s, steady state)",
     "samples_per_second": "throughput (samples/s, steady state)",
     "driver_peak_mb": "driver peak memory over the rounds (MiB)",
-    "workers_peak_mb": "worker actors peak memory, all together (MiB; the driver's own slot is in the driver's)",
+    "workers_peak_mb": "worker actors' peak memory (MiB, summed; the driver's own slot is in the driver's)",
     "bytes_per_round": "bytes per round (up + down)",
-    "final_knn_top1": "final kNN top-1",
-    "final_linear_top1": "final linear-probe top-1",
+    "final_knn_top1": "final kNN top-1 (fraction)",
+    "final_linear_top1": "final linear-probe top-1 (fraction)",
 }
 
 
@@ -123,7 +123,7 @@ def markdown(rows: list[dict]) -> str:
     fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\nAccuracies (`*_top1`) are fractions of the test images (report's tables show points).\n"
 
 
 def plot(rows: list[dict], keys: list[str], out: Path) -> None:

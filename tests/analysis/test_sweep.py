@@ -81,6 +81,7 @@ def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, caps
         assert (out / f"{measure}.png").read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr()
     assert "| population.num_clients |" in printed.out
+    assert "Accuracies (`*_top1`) are fractions of the test images" in (out / "sweep.md").read_text()
     lines = [line for line in printed.err.splitlines() if line.startswith("sweep: ")]
     assert lines[0].startswith("sweep: run 1/2 (population.num_clients=4)  elapsed ") and "eta" not in lines[0]
     assert lines[1].startswith("sweep: run 2/2 (population.num_clients=8)  elapsed ") and "  eta " in lines[1]
