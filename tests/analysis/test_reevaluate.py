@@ -8,7 +8,7 @@ from analysis.report import read_run
 from simulator.cli import main
 from simulator.evaluation.metrics import knn_top1
 from simulator.run import run_scenario
-from simulator.scenario import resolve
+from simulator.scenario import ScenarioError, resolve
 from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
 
 METRICS = ("knn_top1", "linear_top1", "knn_projector_top1", "align_unif_score")
@@ -166,3 +166,5 @@ def test_a_scenario_yaml_without_its_seed_is_one_line_not_the_default_seeds_eval
     assert main(["evaluate", str(run_dir)]) == 2
     assert capsys.readouterr().err == (f"fedssl: error: {run_dir / 'scenario.yaml'}: -: expected the resolved scenario "
                                        f"fedssl run writes (a mapping with name and seed)\n")
+    with pytest.raises(ScenarioError, match="expected the resolved scenario fedssl run writes"):
+        evaluate_run(run_dir)  # before anything is evaluated (report's own check would catch it only after)

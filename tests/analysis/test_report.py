@@ -71,6 +71,18 @@ def test_unfinished_run_is_an_error(tmp_path, capsys):
     ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
                      '"rounds_completed": 3, "wall_seconds": [12]}',
      "summary.json: wall_seconds: expected a number of seconds, got [12]"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
+                     '"rounds_completed": true, "wall_seconds": 12.0}',
+     "summary.json: rounds_completed: expected a non-negative integer, got True"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
+                     '"rounds_completed": -1, "wall_seconds": 12.0}',
+     "summary.json: rounds_completed: expected a non-negative integer, got -1"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
+                     '"rounds_completed": 3, "wall_seconds": true}',
+     "summary.json: wall_seconds: expected a number of seconds, got True"),
+    ("summary.json", '{"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 1, "linear_top1": 1}, '
+                     '"rounds_completed": 3, "wall_seconds": Infinity}',
+     "summary.json: wall_seconds: expected a number of seconds, got inf"),
     ("scenario.yaml", "name: [unclosed", "scenario.yaml: line 1: not valid YAML"),
     ("scenario.yaml", "- a list", "scenario.yaml: -: expected the resolved scenario fedssl run writes"),
 ])
@@ -338,6 +350,16 @@ def test_a_bad_margin_is_one_line_exit_2(tmp_path, capsys, margin, message):
     assert main(["report", str(run_dir), *(arg for m in margins for arg in ("--margin", m))]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"fedssl: error: {message}\n" and captured.out == ""
+
+
+def test_a_margin_on_a_metric_missing_from_the_final_evaluation_is_one_line(tmp_path, capsys):
+    run_dir = fake_run(tmp_path, "a", 0, 0.53)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["initial"]["knn_projector_top1"] = 0.4  # round 0 has it, the final evaluation not
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(run_dir), "--margin", "knn_projector_top1=1"]) == 2
+    assert capsys.readouterr().err == ("fedssl: error: --margin: expected metrics every run has (knn_top1, "
+                                       "linear_top1), got knn_projector_top1\n")
 
 
 def test_the_pixel_table_puts_round_0_and_final_beside_the_raw_pixel_reference(tmp_path, capsys):

@@ -320,3 +320,26 @@ def test_a_ray_address_where_nothing_answers_is_one_line_not_minutes_of_retries(
         answering = {**synthetic_raw, "ray": {"address": f"127.0.0.1:{listening.getsockname()[1]}"}}
         assert engine.unreachable_address(load_scenario(write(tmp_path, answering))) is None
     assert not (tmp_path / "never").exists() and not (tmp_path / "cache").exists()
+
+
+def test_drop_last_refuses_only_a_batch_larger_than_the_largest_client(synthetic_raw, tmp_path, capsys):
+    """The bound is the largest client's samples (a batch of exactly that many trains it), and only
+    with drop_last (otherwise the incomplete batch trains)."""
+    def validate(**training):
+        raw = {**synthetic_raw, "training": {**synthetic_raw["training"], **training}}
+        return main(["validate", str(write(tmp_path, raw))])
+    assert validate(drop_last=True, batch_size=10**6) == 2
+    largest = int(capsys.readouterr().err.split("expected at most ")[1].split(" ")[0])
+    assert validate(drop_last=True, batch_size=largest) == 0 and validate(drop_last=True, batch_size=largest + 1) == 2
+    assert validate(drop_last=False, batch_size=10**6) == 0
+
+
+def test_ray_address_forms(monkeypatch):
+    """``auto``, ``local`` and no address are not checked (no host to reach); a port without a host,
+    or a host without a port, is no address."""
+    from simulator import engine
+    monkeypatch.setattr(engine.ray, "is_initialized", lambda: False)  # as in a fresh command's process
+    for address in (None, "auto", "local"):
+        assert engine.unreachable_address({"ray": {"address": address}}) is None
+    for address in (":6379", "head-node", "head-node:port", "ray://head-node"):
+        assert engine.unreachable_address({"ray": {"address": address}}).startswith("expected auto, local, HOST:PORT")

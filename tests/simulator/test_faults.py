@@ -1,4 +1,5 @@
 """Real faults: a worker process killed or hung (stopped) mid-round, a driver killed and resumed."""
+import json
 import os
 import re
 import shutil
@@ -395,6 +396,10 @@ def test_resume_refuses_a_finished_run_and_a_damaged_or_shortened_scenario(ray_s
                                        f"(the round of its newest checkpoint, {run_dir / 'checkpoints' / 'round_00002'}), "
                                        f"got 1\n")
     assert not (run_dir / "summary.json").exists()
+    # killed after its last round's checkpoint, before its summary: the resume only finishes it
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(recorded))
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["rounds_completed"] == 2
 
 
 def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(ray_session, synthetic_raw,

@@ -140,7 +140,9 @@ def test_speed_tiers_are_validated():
              ([1.0], "population.speed_tiers[0]: expected a mapping"),
              # fractions that do not sum to 1 were rescaled without a word
              ([{"fraction": 0.5, "samples_per_second": 9}, {"fraction": 0.3, "samples_per_second": 90}],
-              "population.speed_tiers: expected fractions summing to 1, got 0.8")]
+              "population.speed_tiers: expected fractions summing to 1, got 0.8"),
+             ([{"fraction": 0.5, "samples_per_second": 9}, {"fraction": 0.495, "samples_per_second": 90}],
+              "population.speed_tiers: expected fractions summing to 1, got 0.995")]
     for tiers, message in cases:
         with pytest.raises(ScenarioError) as err:
             resolve({"population": {"speed_tiers": tiers}})
@@ -167,6 +169,8 @@ def test_an_availability_spread_reaching_zero_is_refused():
                                             r"population.availability \(0.1\), or the clients whose availability "
                                             r"it takes to 0 are never online; got 0.2"):
         resolve({"population": {"availability": 0.1, "availability_spread": 0.2}})
+    with pytest.raises(ScenarioError, match="population.availability_spread: expected less than"):
+        resolve({"population": {"availability": 0.1, "availability_spread": 0.1}})  # reaches 0 exactly
     resolve({"population": {"availability": 0.1, "availability_spread": 0.09}})
 
 

@@ -141,7 +141,16 @@ def test_the_metrics_read_back_and_a_damaged_table_is_an_error_naming_the_file(t
     log.close()
     path = tmp_path / "metrics.parquet"
     assert runlog.read_metrics(path) == [{"round": 0, "name": "eval/knn_top1", "value": 0.5}]
+    # integer values and large strings are a table of the same shape
+    pq.write_table(pa.table({"round": [0], "name": pa.array(["x"], pa.large_string()), "value": [3]}), path)
+    assert runlog.read_metrics(path) == [{"round": 0, "name": "x", "value": 3}]
     expected = "expected the metrics table fedssl run writes (columns round, name, value)"
+
+    def damaged_footer():  # pyarrow raises a plain OSError of several lines here: its first line is kept
+        pq.write_table(pa.table({"round": [0, 1], "name": ["x", "y"], "value": [0.5, 1.0]}), path)
+        data = bytearray(path.read_bytes())
+        data[-40:-8] = bytes(b ^ 0xFF for b in data[-40:-8])
+        path.write_bytes(bytes(data))
     for write, message in [
             (lambda: pq.write_table(pa.table({"a": [1]}), path), f"round: {expected}; found the columns a (int64)"),
             (lambda: pq.write_table(pa.table({"round": [0], "name": [1.5], "value": [0.5]}), path),
@@ -151,6 +160,8 @@ def test_the_metrics_read_back_and_a_damaged_table_is_an_error_naming_the_file(t
             (lambda: path.write_text("round,name,value\n"), "-: cannot be read as Parquet (Parquet magic bytes not "
                                                           "found in footer. Either the file is corrupted or this is "
                                                           f"not a parquet file.); {expected}"),
+            (damaged_footer, "-: cannot be read as Parquet (Couldn't deserialize thrift: Variable-length int over 10 "
+                             f"bytes.); {expected}"),
             (lambda: (path.unlink(), path.mkdir()), f"-: not a file; {expected}"),
             (lambda: path.rmdir(), f"-: no such file; {expected}")]:
         write()
