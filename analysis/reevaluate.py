@@ -17,7 +17,8 @@ from simulator.federation import Server
 from simulator.resources import threads
 from simulator.data.store import prepare_partition
 from simulator.run import data_spec
-from simulator.runlog import check_run_dir, latest_checkpoint, load_recorded_scenario, read_checkpoint, read_client_state
+from simulator.runlog import (check_run_dir, latest_checkpoint, load_recorded_scenario, read_checkpoint,
+                              read_client_state)
 
 
 def evaluation_overrides(overrides: list[str]) -> list[str]:

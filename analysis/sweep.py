@@ -123,7 +123,8 @@ def markdown(rows: list[dict]) -> str:
     fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines) + "\n\nAccuracies (`*_top1`) are fractions of the test images (report's tables show points).\n"
+    return ("\n".join(lines) + "\n\nAccuracies (`*_top1`) are fractions of the test images (report's tables "
+            "show points).\n")
 
 
 def plot(rows: list[dict], keys: list[str], out: Path) -> None:

@@ -173,7 +173,8 @@ class Method:
             value = config.get(key)
             numbers = value if isinstance(value, (list, tuple)) else [value]
             if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
-                raise ParamError(key, f"expected {'finite numbers' if numbers is value else 'a finite number'}, got {value!r}")
+                expected = "finite numbers" if numbers is value else "a finite number"
+                raise ParamError(key, f"expected {expected}, got {value!r}")
         for key, ok, expected in cls.param_rules(cls.Params.from_config(config), scenario):
             if not ok:
                 raise ParamError(key, f"expected {expected}, got {config[key]!r}")
@@ -195,7 +196,8 @@ class Method:
         raise NotImplementedError
 
     def client_extra(self, state: dict[str, Any], client_id: int, ctx: RoundContext) -> dict[str, Any] | None:
-        """What only this client receives (e.g. FedSC's aggregate of the other clients' correlation matrices), or ``None``."""
+        """What only this client receives (e.g. FedSC's aggregate of the other clients' correlation
+        matrices), or ``None``."""
         return None
 
     def server_update(self, state: dict[str, Any], total: Stats | None,

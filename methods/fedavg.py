@@ -37,7 +37,8 @@ Differences from EasyFL's ``applications/fedssl``, the reference code of the Fed
   steps at lr ``a / 2`` and weight decay ``2 b``.
 * SimCLR: EasyFL's temperature is 0.07 and its projector has a hidden BatchNorm, its heads 4096 ->
   2048 wide; here ``temperature`` (default 0.5; the SimCLR scenarios set 0.2, a choice of this
-  simulator, except ``scaling/benchmark.yaml``, a cost study at the default), a hidden BatchNorm only with ``model.head_norm: batch``, widths ``model.hidden_dim`` /
+  simulator, except ``scaling/benchmark.yaml``, a cost study at the default), a hidden BatchNorm
+  only with ``model.head_norm: batch``, widths ``model.hidden_dim`` /
   ``model.projector_dim`` (512 / 128 by default), CPU-scale choices.
 * Colour jitter: the simulator's default brightness / contrast strength is 0.4, that of the BYOL and
   SimSiam augmentations (and of the FedSC reference's, whose spectral loss ``fedavg/spectral.yaml``

@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a scenario key, e.g. --set training.rounds=5 (repeatable)")
         if name == "run":
-            cmd.add_argument("--out", type=path_argument, help="run directory (default: <output.dir>/<name>-<timestamp>)")
+            cmd.add_argument("--out", type=path_argument,
+                             help="run directory (default: <output.dir>/<name>-<timestamp>)")
             cmd.add_argument("--resume", metavar="RUN_DIR", type=path_argument,
                              help="continue an interrupted run from its newest checkpoint")
             cmd.add_argument("--quiet", action="store_true", help="no per-round progress lines")
@@ -63,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--over", action="append", required=True, metavar="KEY=V1,V2,...",
                        help="a swept key and its values (repeatable: the grid is their product)")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    sweep.add_argument("--out", required=True, type=path_argument, help="directory for the runs, sweep.parquet, sweep.md, plots")
+    sweep.add_argument("--out", required=True, type=path_argument,
+                       help="directory for the runs, sweep.parquet, sweep.md, plots")
     bench = sub.add_parser("benchmark", help="the simulator's throughput against a plain training loop")
     bench.add_argument("scenario", help="scenario YAML file")
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -100,7 +102,8 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("run_b", help="run directory (compared up to the last round both logged)")
     claim = sub.add_parser("claim", help="run a claim suite's unfinished runs, then print its table and verdict")
     claim.add_argument("suite", help="claim suite YAML file (claims/*.yaml)")
-    claim.add_argument("--runs-dir", metavar="DIR", type=path_argument, help="directory of the suite's runs (default: the suite's out)")
+    claim.add_argument("--runs-dir", metavar="DIR", type=path_argument,
+                       help="directory of the suite's runs (default: the suite's out)")
     claim.add_argument("--progress", action="store_true", help="per-round progress lines of each run")
     claim.add_argument("--arms", metavar="A,B,...", help="only these arms of the suite (run and shown), with the "
                                                          "comparisons between them; they must include a deciding "
@@ -374,7 +377,8 @@ def check_before_running(scenario: dict, source: str) -> None:
         method.check_data(method.Params.from_config(scenario["method"]), HeldOutImages.of(scenario))
     except ParamError as err:
         raise ScenarioError(source, f"method.{err.key}", err.message) from None
-    for key, path in (("output.dir", scenario["output"]["dir"]), ("dataset.cache_dir", scenario["dataset"]["cache_dir"])):
+    for key, path in (("output.dir", scenario["output"]["dir"]),
+                      ("dataset.cache_dir", scenario["dataset"]["cache_dir"])):
         try:
             check_directory_path(Path(path).expanduser(), key)
         except FileExistsError as err:
@@ -387,7 +391,8 @@ def check_before_running(scenario: dict, source: str) -> None:
     if training["drop_last"] and training["batch_size"] > sizes.max():
         raise ScenarioError(source, "training.batch_size",
                             f"expected at most {sizes.max()} (the largest client's samples) with training.drop_last, "
-                            f"which skips incomplete batches: no client would take a step; got {training['batch_size']}")
+                            f"which skips incomplete batches: no client would take a step; "
+                            f"got {training['batch_size']}")
 
 
 def main(argv: list[str] | None = None) -> int:

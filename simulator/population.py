@@ -8,7 +8,8 @@ that are offline, drop out or miss the deadline are not simulated at all (their 
   of ``availability_spread``, drawn once per client, clipped to [0, 1]: the spread must stay below
   ``availability``, or some clients would never be online), times a diurnal factor
   ``1 + diurnal_amplitude * sin(2 pi round / diurnal_period)``, the product clipped to 1 (so near
-  full availability the mean online rate and the cycle's amplitude are below the nominal ones); or, with ``availability_trace``, a
+  full availability the mean online rate and the cycle's amplitude are below the nominal ones);
+  or, with ``availability_trace``, a
   CSV file with columns ``round,client`` listing who is online (rounds wrap around the trace).
 - sampling: the server samples the round's cohort among the clients online in that round (they
   have checked in, as in production systems, Flower and FedScale), all of them when fewer are.
