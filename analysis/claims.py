@@ -19,7 +19,8 @@ A suite file (YAML, ``claims/*.yaml``) names
 ``--arms A,B,...`` restricts a suite to some of its arms (:func:`restrict_to_arms`): only their runs
 start, and the table shows them and the comparisons between them; the named arms must keep at least
 one deciding comparison whole, so that a suite's deciding pair can run on every seed before its
-secondary arms.
+secondary arms. A suite whose deciding comparisons are not all kept gives a partial table: the
+verdicts of the comparisons it keeps, and no verdict of the claim.
 
 Verdict, per comparison, on the primary metric only, from the 95% Student-t interval [lo, hi] of the
 mean paired difference (points, n - 1 degrees of freedom):
@@ -50,7 +51,7 @@ from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, 
                              numerics_notes, paired_difference, pixel_table)
 from simulator.evaluation.monitor import EVALUATED_METRIC
 from simulator.runlog import check_directory_path, read_metrics, read_recorded_scenario, read_summary
-from simulator.scenario import ScenarioError, load_scenario, lookup, read_yaml
+from simulator.scenario import ScenarioError, fraction_suffix, load_scenario, lookup, read_yaml
 
 DIRECTIONS = ("greater", "equivalent", "not_greater")
 NEEDS_MARGIN = ("equivalent", "not_greater")
@@ -98,6 +99,7 @@ class Suite:
     out: str
     shared_overrides: tuple[str, ...] = field(default_factory=tuple)
     left_out: tuple[str, ...] = ()  # arms of the file left out by ``--arms``
+    left_out_comparisons: tuple[Comparison, ...] = ()  # its deciding comparisons those arms take away
 
     def run_dir(self, runs_dir: Path, arm: str, seed: int) -> Path:
         return runs_dir / arm / f"seed_{seed}"
@@ -230,7 +232,8 @@ def restrict_to_arms(suite: Suite, names: list[str]) -> Suite:
     return dataclasses.replace(
         suite, arms={name: arm for name, arm in suite.arms.items() if name in kept}, comparisons=comparisons,
         secondary_comparisons=tuple(c for c in suite.secondary_comparisons if {c.arm, c.baseline} <= kept),
-        left_out=tuple(name for name in suite.arms if name not in kept))
+        left_out=tuple(name for name in suite.arms if name not in kept),
+        left_out_comparisons=tuple(c for c in suite.comparisons if c not in comparisons))
 
 
 def arm_scenarios(suite: Suite) -> dict[tuple[str, int], dict]:
@@ -243,7 +246,29 @@ def arm_scenarios(suite: Suite) -> dict[tuple[str, int], dict]:
                                                                          f"seed={seed}"])
             except ScenarioError as err:
                 raise ScenarioError(suite.path, f"arms.{arm.name}", str(err)) from None
+            for metric in (suite.primary, *suite.secondary):
+                if (why := unevaluated(scenarios[arm.name, seed], metric)) is not None:
+                    raise ScenarioError(suite.path, f"arms.{arm.name}", f"its runs would not evaluate {metric} "
+                                                                        f"({why}); expected a metric they evaluate")
     return scenarios
+
+
+LABEL_EFFICIENT_METRIC = re.compile(r"(knn|linear|finetune)_top1_(\d+(?:p\d+)?pct)")
+
+
+def unevaluated(scenario: dict, metric: str) -> str | None:
+    """Why a run of ``scenario`` would not evaluate the label-efficient ``metric`` (``linear_top1_1pct``,
+    ``GROUP/finetune_top1_10pct``, ...), None where it would or ``metric`` is of another kind (those
+    are checked in the finished runs: whether a network has a projector, a run labelled samples)."""
+    found = LABEL_EFFICIENT_METRIC.fullmatch(metric.rsplit("/", 1)[-1])
+    if found is None:
+        return None
+    fractions = scenario["eval"]["label_fractions"]
+    if found[2] not in {fraction_suffix(f) for f in fractions}:
+        return f"its eval.label_fractions are {fractions}"
+    if found[1] == "finetune" and scenario["eval"]["finetune_steps"] == 0:
+        return "its eval.finetune_steps is 0"
+    return None
 
 
 # ---- the runs --------------------------------------------------------------------------------
@@ -257,13 +282,18 @@ class RunState:
 
 
 def run_states(suite: Suite, scenarios: dict[tuple[str, int], dict], runs_dir: Path) -> list[RunState]:
-    """What each (arm, seed) needs; raises ``ScenarioError`` for a run directory that cannot be used,
-    ``FileExistsError`` where it, or its arm's directory, is a file."""
+    """What each (arm, seed) needs; raises ``ScenarioError`` for a run directory that cannot be used
+    (another seed's run, or another number of rounds, kept in it), ``FileExistsError`` where it, or its
+    arm's directory, is a file."""
     states = []
     for (arm, seed), scenario in scenarios.items():
         run_dir = suite.run_dir(runs_dir, arm, seed)
         check_directory_path(run_dir, f"the run of arm {arm}, seed {seed}")
         summary = run_dir / "summary.json"
+        if (run_dir / "scenario.yaml").exists() and (recorded := read_recorded_scenario(run_dir).get("seed")) != seed:
+            raise ScenarioError(str(run_dir), "scenario.yaml", f"expected a run of seed {seed} (its folder's), found "
+                                                             f"one of seed {recorded}; move it away or use another "
+                                                             f"--runs-dir")
         if summary.exists():
             done = read_summary(run_dir).get("rounds_completed")
             if done != scenario["training"]["rounds"]:
@@ -337,10 +367,11 @@ def run_missing(suite: Suite, scenarios: dict[tuple[str, int], dict], states: li
     """Run the new runs and resume the interrupted ones, one after another, seed by seed (every arm of
     a seed before the next seed, so that a suite stopped part-way leaves complete pairs); returns
     those it ran."""
-    from simulator.run import run_scenario
+    from simulator.run import run_scenario, stop_signals
     seed_order = {seed: i for i, seed in enumerate(suite.seeds)}
     todo = sorted((s for s in states if s.state != "finished"), key=lambda s: seed_order[s.seed])
     for i, state in enumerate(todo, 1):
+        stop_signals.raise_if_requested()  # a stop noted in the last run's last round: announce nothing more
         verb = "resuming" if state.state == "interrupted" else "running"
         print(f"claim: {verb} {state.arm} seed {state.seed} ({i}/{len(todo)}) in {state.run_dir}", file=sys.stderr,
               flush=True)
@@ -354,13 +385,14 @@ def run_missing(suite: Suite, scenarios: dict[tuple[str, int], dict], states: li
 
 
 def stale_notes(scenarios: dict[tuple[str, int], dict], states: list[RunState]) -> list[str]:
-    """Finished or resumed runs whose scenario differs from the suite's (kept: never repeated)."""
+    """Finished or resumed runs whose scenario differs from the suite's in what they train or measure
+    (:func:`differences`: kept, never repeated)."""
     notes = []
     for state in states:
         if state.state == "new" or not (state.run_dir / "scenario.yaml").exists():
             continue
         stored = read_recorded_scenario(state.run_dir)
-        keys = record_differences(stored, scenarios[state.arm, state.seed])
+        keys = differences(stored, scenarios[state.arm, state.seed])
         if keys:
             notes.append(f"note: {state.run_dir}: its scenario differs from the suite's at {keys_text(keys)} "
                          f"(the run is used as it is)")
@@ -518,6 +550,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
               "| arm | role | scenario | " + " | ".join(f"{m} round 0 | {m} final" for m in metrics)
               + f" | {suite.primary} final − round 0 |",
               "|" + "---|" * (3 + 2 * len(metrics) + 1)]
+    not_learned = []  # deciding arms whose gain over round 0 is not shown
     for name, arm in suite.arms.items():
         members = runs[name]
         cells = [mean_std([metric_value(r, s, m) for r in members]) for m in metrics for s in ("initial", "final")]
@@ -525,6 +558,8 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         learned = f"{gain.cell()}" + ("" if gain.interval and gain.interval[0] > 0 else " **not shown to learn**")
         scenario = arm.scenario + "".join(f" --set {o}" for o in (*suite.shared_overrides, *arm.overrides))
         role = "decides" if name in deciding_arms else "secondary"
+        if role == "decides" and not (gain.interval and gain.interval[0] > 0):
+            not_learned.append(name)
         lines.append(f"| {name} | {role} | `{scenario}` | " + " | ".join(cells) + f" | {learned} |")
     lines += ["", f"Last column: each run's final minus its own round 0 on {suite.primary}, in points, mean [95% "
               f"t-interval] (seeds on which the final beats round 0); an arm whose interval does not lie above zero "
@@ -545,6 +580,8 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
                 primary_differences[comparison] = d
             cells.append("n/a" if d is None else d.cell())
         kind = "decides" if comparison.direction is not None else "secondary, decides nothing"
+        if sum((c.arm, c.baseline) == (comparison.arm, comparison.baseline) for c in suite.comparisons) > 1:
+            kind += f" ({comparison.claimed()})"  # one pair claimed two ways: rows told apart
         lines.append(f"| {comparison.arm} − {comparison.baseline} | {kind} | " + " | ".join(cells) + " |")
     notes = numerics_notes({seed: {arm: runs[arm][i] for arm in suite.arms} for i, seed in enumerate(suite.seeds)})
     if notes:
@@ -565,14 +602,25 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         interval = "n/a" if d.interval is None else f"[{d.interval[0]:+.2f}, {d.interval[1]:+.2f}]"
         outcome = "no verdict yet" if pending else f"**{verdict}** ({reason})"
         if d.interval is not None and d.interval[0] == d.interval[1]:
-            outcome += ("; the differences are equal on every seed, so the interval has no width and the "
-                        "outcome rests on their sign alone: more seeds, or a finer metric, would show their spread")
+            outcome += "; the differences are equal on every seed, so the interval has no width" + (
+                ": the outcome rests on their sign alone; more seeds, or a finer metric, would show their spread"
+                if comparison.direction == "greater" else "")
         seeds = f"{len(d.diffs)} seed" + ("s" if len(d.diffs) != 1 else "")
         lines.append(f"- claimed {comparison.claimed()}: {comparison.arm} − {comparison.baseline} = "
                      f"{d.mean:+.2f} {interval} points over {seeds} → {outcome}")
+    if not_learned:
+        lines += ["", f"Deciding arm{'s' if len(not_learned) > 1 else ''} not shown to learn on {suite.primary} "
+                      f"(final over round 0, interval not above zero): {', '.join(not_learned)}; the verdict is about "
+                      f"networks that did not learn."]
     if pending:
         lines += ["", f"**No verdict yet**: {len(suite.seeds)} of {len(suite.seeds) + len(pending)} seeds finished."]
         return "\n".join(lines) + "\n", "no verdict yet"
+    if suite.left_out_comparisons:
+        dropped = ", ".join(f"{c.arm} − {c.baseline}" for c in suite.left_out_comparisons)
+        lines += ["", f"**Partial: no verdict of the claim**: `--arms` left out its deciding comparison"
+                      f"{'s' if len(suite.left_out_comparisons) > 1 else ''} {dropped}, and the claim is reproduced "
+                      f"only when every one is."]
+        return "\n".join(lines) + "\n", "partial"
     verdict = overall(verdicts)
     lines += ["", f"**Claim {verdict}**" + (" (every comparison must be reproduced)" if len(verdicts) > 1 else "")
               + "."]

@@ -36,6 +36,10 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
     ``wall_seconds``: the run's time up to it). Raises ValueError for a directory with no checkpoint."""
     check_run_dir(run_dir)
     checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None and (run_dir / "summary.json").exists():  # a kept run: results/runs/ keeps no checkpoints
+        raise ValueError(f"{run_dir}: no checkpoint to evaluate: the run finished (summary.json) but its checkpoints "
+                         f"are not in its directory (a kept run's are not); its raw-pixel reference needs none "
+                         f"(scripts/pixel_reference.py)")
     if checkpoint is None:
         raise ValueError(f"{run_dir}: no checkpoint to evaluate (the run stopped before its first)")
     scenario = load_recorded_scenario(run_dir, evaluation_overrides(list(overrides)))

@@ -2,7 +2,8 @@
 
 ``fedssl sweep SCENARIO.yaml --over population.num_clients=10,50,100 [--over KEY=V1,V2 ...]`` runs
 every combination one after another on the same Ray instance (local or ``ray.address: auto``) and
-writes ``sweep.parquet``, ``sweep.md`` and one PNG per measure against the first swept key.
+writes ``sweep.parquet``, ``sweep.md`` and one PNG per measure against the first swept key. A swept
+key is a number column where all its values are numbers, else its values as written.
 """
 from __future__ import annotations
 
@@ -69,11 +70,26 @@ def split_values(listed: str) -> list[str] | None:
     return None if depth else [*items, listed[start:]]
 
 
-def row_of(overrides: list[str], summary: dict[str, Any]) -> dict[str, Any]:
-    """One table row: the combination's values, its costs, and its final accuracies beside its
+def swept_values(keys: list[str], combos: list[list[str]]) -> list[dict[str, Any]]:
+    """Per combination, its swept values as the table's columns: a key whose every value is a YAML
+    number is a number column (integers where all are, else floats); any other key keeps its values
+    as written (names, booleans, lists)."""
+    columns = {}
+    for i, key in enumerate(keys):
+        written = [combo[i].split("=", 1)[1] for combo in combos]
+        parsed = [parse_yaml(v) for v in written]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in parsed):
+            columns[key] = parsed if all(isinstance(v, int) for v in parsed) else [float(v) for v in parsed]
+        else:
+            columns[key] = written
+    return [{key: columns[key][j] for key in keys} for j in range(len(combos))]
+
+
+def row_of(values: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """One table row: the combination's swept values, its costs, and its final accuracies beside its
     round-0 (random network) ones and the raw-pixel reference (``None`` where not evaluated)."""
     final, initial, pixels = summary["final"] or {}, summary.get("initial") or {}, summary.get("pixels") or {}
-    row = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides}
+    row = dict(values)
     row.update({
         "seconds_per_round": summary["steady_seconds_per_round"],
         "samples_per_second": summary["steady_samples_per_second"],
@@ -92,7 +108,7 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
               check: Callable[[dict, str], None] | None = None) -> list[dict]:
     """Every combination's run, one after another, in ``out``. Before any is written, every combination
     is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's checks before running)."""
-    from simulator.run import run_scenario
+    from simulator.run import run_scenario, stop_signals
     keys, combos = grid(overs)
     scenarios = [load_scenario(scenario_file, [*sets, *combo]) for combo in combos]  # all valid before any runs
     if check is not None:
@@ -102,10 +118,11 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     pace = Pace(len(combos))
-    for i, (combo, scenario) in enumerate(zip(combos, scenarios), 1):
+    for i, (combo, values, scenario) in enumerate(zip(combos, swept_values(keys, combos), scenarios), 1):
+        stop_signals.raise_if_requested()  # a stop noted in the last run's last round: announce nothing more
         print(f"sweep: run {i}/{len(combos)} ({', '.join(combo)})  {pace.text(i - 1)}", file=sys.stderr, flush=True)
         _, summary = run_scenario(scenario, str(out / ",".join(combo)), progress=progress)
-        rows.append(row_of(combo, summary))
+        rows.append(row_of(values, summary))
         write_outputs(rows, keys, out)
     print(f"sweep: {len(combos)}/{len(combos)} runs done  {pace.text(len(combos))}", file=sys.stderr, flush=True)
     return rows
@@ -128,8 +145,9 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], keys: list[str], out: Path) -> None:
-    """One PNG per measure: the measure against the first swept key, one line per other combination
-    (a key of numbers on a number axis; any other, e.g. ``method.name``, by its values in sweep order)."""
+    """One PNG per measure that some run has: the measure against the first swept key, one line per
+    other combination (a key of numbers on a number axis; any other, e.g. ``method.name``, by its
+    values in sweep order)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -144,13 +162,15 @@ def plot(rows: list[dict], keys: list[str], out: Path) -> None:
     numeric = all(number(v) is not None for v in x_values)
     position = number if numeric else (lambda v: float(x_values.index(v)))
     for measure, label in MEASURES.items():
-        figure, axis = plt.subplots(figsize=(5, 3.5))
         series: dict[str, list[tuple[float, float]]] = {}
         for row in rows:
             if row[measure] is None:
                 continue
             name = ",".join(f"{k}={row[k]}" for k in series_keys) or measure
             series.setdefault(name, []).append((position(row[x_key]), float(row[measure])))
+        if not series:  # no run measured it (no evaluation; one round: no steady state): no empty axes
+            continue
+        figure, axis = plt.subplots(figsize=(5, 3.5))
         for name, points in series.items():
             points.sort()
             axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)

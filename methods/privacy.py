@@ -40,7 +40,7 @@ def add_gaussian_noise(matrix: torch.Tensor, sigma: float, generator: torch.Gene
 
 def rdp_epsilon(noise_multiplier: float, shares: int, delta: float) -> float:
     """Epsilon after ``shares`` Gaussian releases with ``noise_multiplier`` (Opacus RDP accountant)."""
-    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent  # lazy: opacus takes ~1 s to import
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent  # lazy: importing opacus takes seconds
     if shares == 0:
         return 0.0
     rdp = compute_rdp(q=1.0, noise_multiplier=noise_multiplier, steps=shares, orders=ORDERS)
@@ -51,6 +51,6 @@ def rdp_epsilon(noise_multiplier: float, shares: int, delta: float) -> float:
 def noise_multiplier_for(target_epsilon: float, delta: float, shares: int) -> float:
     """The smallest noise multiplier (to Opacus's 0.01 tolerance in epsilon) whose ``shares``
     releases stay within ``(target_epsilon, delta)``."""
-    from opacus.accountants.utils import get_noise_multiplier  # lazy: opacus takes ~1 s to import
+    from opacus.accountants.utils import get_noise_multiplier  # lazy: importing opacus takes seconds
     return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=1.0,
                                       steps=shares, accountant="rdp", alphas=ORDERS))

@@ -241,7 +241,8 @@ def stopped(err: BaseException, then: str | None = None) -> int:
 
 def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
-    from simulator.runlog import check_run_dir, checkpoint_round, latest_checkpoint, load_recorded_scenario
+    from simulator.runlog import (check_client_states, check_run_dir, checkpoint_round, latest_checkpoint,
+                                  load_recorded_scenario, read_checkpoint)
     path = Path(run_dir)
     if overrides:
         raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
@@ -252,10 +253,13 @@ def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
         raise ScenarioError(run_dir, "-", "the run has finished (summary.json exists); nothing to resume")
     rounds = load_recorded_scenario(path)["training"]["rounds"]
     checkpoint = latest_checkpoint(path)
-    if checkpoint is not None and checkpoint_round(checkpoint) > rounds:
-        raise ScenarioError(str(path / "scenario.yaml"), "training.rounds",
-                            f"expected at least {checkpoint_round(checkpoint)} (the round of its newest checkpoint, "
-                            f"{checkpoint}), got {rounds}")
+    if checkpoint is not None:
+        if checkpoint_round(checkpoint) > rounds:
+            raise ScenarioError(str(path / "scenario.yaml"), "training.rounds",
+                                f"expected at least {checkpoint_round(checkpoint)} (the round of its newest "
+                                f"checkpoint, {checkpoint}), got {rounds}")
+        read_checkpoint(checkpoint)  # readable before anything starts
+        check_client_states(checkpoint)
     return str(path / "scenario.yaml")
 
 
@@ -285,7 +289,7 @@ def claim(args) -> int:
             if state.state == "new":
                 check_before_running(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
             elif state.state == "interrupted":
-                check_before_running(load_recorded_scenario(state.run_dir), str(state.run_dir / "scenario.yaml"))
+                check_before_running(load_recorded_scenario(state.run_dir), resumable(str(state.run_dir), [], None))
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
@@ -306,15 +310,26 @@ def claim(args) -> int:
         return stopped(err, "or run the claim again: it resumes that run and runs the rest" if resumable_run
                        else "run the claim again to go on")
     except RunFailure as err:
-        return failed(err, "run the claim again to resume it")
+        return failed(err, "run the claim again to resume it" if err.resumable else
+                      f"resuming it would fail the same way (a client step failed): the claim cannot go on with this "
+                      f"arm as it is; report the failure as a finding, or change the arm's settings and move "
+                      f"{err.run_dir} away")
+    except ScenarioError as err:  # a file of a run that went bad while the claim ran
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
     return print_claim_table(suite, runs_dir)
 
 
 def deadline_reached(err: BaseException, suite, scenarios, runs_dir: Path) -> int:
     """``fedssl claim --until``: the line saying where the deadline stopped the claim, the table over
-    the seeds finished so far, and exit code 124 (as ``timeout``'s)."""
+    the seeds finished so far, and exit code 124 (as ``timeout``'s); where every run had finished, the
+    claim's table and its exit code."""
     from analysis.claims import run_states
     from simulator.run import RunStopped
+    states = run_states(suite, scenarios, runs_dir)
+    if all(state.state == "finished" for state in states):  # it came as the last run ended: nothing was stopped
+        print("\nclaim: the deadline came after every run had finished", file=sys.stderr)
+        return print_claim_table(suite, runs_dir)
     if not isinstance(err, RunStopped):
         where = "between two runs"
     elif err.last_round is None:
@@ -323,7 +338,7 @@ def deadline_reached(err: BaseException, suite, scenarios, runs_dir: Path) -> in
         where = f"{err.run_dir} after round {err.last_round} of {err.rounds}"
     print(f"\nclaim: the deadline stopped the claim {where}; run it again to go on (a stopped run resumes from "
           f"its checkpoint)", file=sys.stderr)
-    interim_claim(suite, run_states(suite, scenarios, runs_dir), runs_dir)
+    interim_claim(suite, states, runs_dir)
     return 124
 
 

@@ -62,8 +62,11 @@ class stop_at:
         self.deadline = deadline
         self.fired = False
         self.timer: threading.Timer | None = None
+        self.inside = False  # the block is running: a deadline that comes after it has nothing to stop
+        self.lock = threading.Lock()  # the signal goes out inside the block, or not at all
 
     def __enter__(self):
+        self.inside = True
         if self.deadline is not None:
             self.timer = threading.Timer(max(0.0, self.deadline.seconds_left()), self.fire)
             self.timer.daemon = True
@@ -71,10 +74,15 @@ class stop_at:
         return self
 
     def fire(self) -> None:
-        self.fired = True
-        os.write(2, f"\nfedssl: the deadline {self.deadline} has come\n".encode())
-        os.kill(os.getpid(), signal.SIGTERM)
+        with self.lock:
+            if not self.inside:
+                return
+            self.fired = True
+            os.write(2, f"\nfedssl: the deadline {self.deadline} has come\n".encode())
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def __exit__(self, *exc):
+        with self.lock:
+            self.inside = False
         if self.timer is not None:
             self.timer.cancel()

@@ -30,9 +30,9 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import (RunFailure, Server, ServerLost, WorkerFailure, WorkerResult, WorkersLost,
-                                  bytes_down_metrics, prepare_worker_device, route_cohort, run_passes, simulate_clients,
-                                  worker_device, worker_pools)
+from simulator.federation import (RunFailure, Server, ServerFailure, ServerLost, WorkerFailure, WorkerResult,
+                                  WorkersLost, bytes_down_metrics, prepare_worker_device, route_cohort, run_passes,
+                                  simulate_clients, worker_device, worker_pools)
 from simulator.resources import memory_mb, pin_thread_count, process_numerics, threads
 
 
@@ -396,7 +396,10 @@ class ServerInActor:
             raise ServerLost("the parameter server died") from None
 
     def restore(self, state: dict) -> None:
-        ray.get(self.actor.restore.remote(state))
+        try:
+            ray.get(self.actor.restore.remote(state))
+        except ray.exceptions.RayActorError:
+            raise ServerLost("the parameter server died") from None
 
     def alive(self) -> bool:
         try:
@@ -582,11 +585,24 @@ class RoundsWhileRayStarts:
                 self.rounds_while_ray_started += 1
         return self.current.run_round(ctx)
 
+    MAX_SERVER_RESTARTS_AT_SWITCH = 3
+
     def switch(self) -> None:
-        """The rounds go on in the Ray federation, from the in-process server's state."""
+        """The rounds go on in the Ray federation, from the in-process server's state. A parameter
+        server actor that dies before it holds that state is replaced and given it (the state is the
+        driver's: no round is played again)."""
         federation = self.started.result()
         federation.setup(*self.setup_args)
-        federation.restore(self.current.state())
+        state = self.current.state()
+        while True:
+            try:
+                federation.restore(state)
+                break
+            except ServerLost as lost:
+                if federation.server_restarts >= self.MAX_SERVER_RESTARTS_AT_SWITCH:
+                    raise ServerFailure(f"{lost} as the rounds moved to Ray; it kept dying "
+                                        f"({federation.server_restarts} restarts)") from None
+                federation.replace_server()
         self.current = federation
 
     @property

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -61,9 +62,16 @@ class RoundPlan:
                 "time/simulated_round_seconds": self.simulated_seconds}
 
 
-@lru_cache(maxsize=8)
 def read_trace(path: str) -> tuple[frozenset[int], ...]:
-    """Online clients per round from a ``round,client`` CSV (rounds 0..R-1 of the trace)."""
+    """Online clients per round from a ``round,client`` CSV (rounds 0..R-1 of the trace); read once
+    per version of the file (a trace edited between the runs of a sweep or a claim is read again)."""
+    status = os.stat(path)
+    return read_trace_version(path, status.st_mtime_ns, status.st_size)
+
+
+@lru_cache(maxsize=8)
+def read_trace_version(path: str, mtime_ns: int, size: int) -> tuple[frozenset[int], ...]:
+    """:func:`read_trace` of the file as it is at ``mtime_ns`` and ``size`` (the cache's key)."""
     online: dict[int, set[int]] = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):

@@ -238,7 +238,13 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
         raise RunStopped(stop_signals.name_of(err), run_dir, last_round,
                          scenario["training"]["rounds"]) from None
     finally:
-        federation.shutdown()
+        leaving_with = sys.exc_info()[1]  # the run's own stop or failure, where it ends with one
+        try:
+            federation.shutdown()
+        except KeyboardInterrupt:  # a second signal while the actors stop (or Ray still starts)
+            if leaving_with is None:
+                raise
+            # the run's line (the round reached, how to resume) stays the command's last
 
 
 def first_round(scenario: dict[str, Any]) -> int:
@@ -384,6 +390,15 @@ class RunLoop:
         self.log.flush()
         display.show(r, metrics, self.evals[max(self.evals)] if self.evals else {}, max(self.evals, default=None))
 
+    def heal_until_alive(self, lost: ServerLost) -> int:
+        """:meth:`heal`, again where the new server dies too while it is being restored (a
+        ``ServerFailure`` once it has been replaced ``MAX_SERVER_RESTARTS`` times)."""
+        while True:
+            try:
+                return self.heal(lost)
+            except ServerLost as again:
+                lost = again
+
     def heal(self, lost: ServerLost) -> int:
         """A new parameter server from the newest checkpoint (or from the start, where there is
         none yet), the client-state store and the logs rewound with it; returns the round to play
@@ -446,7 +461,7 @@ class RunLoop:
                     self.collect_evals(wait=True)
                     break
                 except ServerLost as lost:
-                    r = self.heal(lost)
+                    r = self.heal_until_alive(lost)
         self.log.close()
         summary = {"name": scenario["name"], "method": scenario["method"]["name"],
                    "initial": self.evals.get(0), "final": self.evals[max(self.evals)] if self.evals else None,

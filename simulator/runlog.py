@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import time
+import zipfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -244,6 +245,23 @@ def read_client_state(checkpoint: Path, client_id: int) -> Any:
     :func:`load_written` reads."""
     path = checkpoint / "client_state" / f"client_{client_id:06d}.pt"
     return load_written(path, "a client state") if path.exists() else None
+
+
+def check_client_states(checkpoint: Path) -> None:
+    """Raises ``ScenarioError`` naming the first client-state file of ``checkpoint`` that is not whole:
+    ``torch.save`` writes a zip archive, whose every member's CRC is checked here without unpickling
+    (workers read the files later, one client at a time, where a damaged one would be a traceback)."""
+    from simulator.scenario import ScenarioError
+    for path in sorted((checkpoint / "client_state").glob("client_*.pt")):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                damaged = archive.testzip()
+            reason = None if damaged is None else f"its member {damaged} fails its CRC"
+        except (zipfile.BadZipFile, EOFError, ValueError) as err:  # truncated, overwritten, not an archive
+            reason = str(err)
+        if reason is not None:
+            raise ScenarioError(str(path), "-", f"cannot be read ({reason}); expected a client state written by "
+                                                f"fedssl run")
 
 
 def read_checkpoint(checkpoint: Path) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 Every parser takes the located files (name -> path; a path may end in ``.gz``)
 and returns ``(train_x, train_y, test_x, test_y)`` as numpy arrays: uint8
 images ``[N, C, H, W]`` and int64 labels ``[N]``. A file that is not what its name says raises
-``ValueError`` naming the file (``OSError`` where it cannot be read at all).
+``ValueError`` naming the file (a damaged gzip file too; ``OSError`` where it cannot be read at all).
 """
 
 from __future__ import annotations
 
 import gzip
+import zlib
 import pickle
 from pathlib import Path
 from typing import IO
@@ -25,10 +26,22 @@ def open_maybe_gzip(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+# A damaged gzip file: a bad header (BadGzipFile, an OSError though the file was read), a stream cut
+# short (EOFError), damaged compressed data (zlib.error).
+DAMAGED_GZIP = (gzip.BadGzipFile, EOFError, zlib.error)
+
+
+def damaged_gzip(path: Path, err: BaseException) -> ValueError:
+    return ValueError(f"{path}: cannot be decompressed ({type(err).__name__}: {err}); expected a gzip file")
+
+
 def read_idx(path: Path) -> np.ndarray:
     """Read an idx file of unsigned bytes (the MNIST format) into an array of its stated shape."""
-    with open_maybe_gzip(path) as f:
-        data = bytearray(f.read())
+    try:
+        with open_maybe_gzip(path) as f:
+            data = bytearray(f.read())
+    except DAMAGED_GZIP as err:
+        raise damaged_gzip(path, err) from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != IDX_UINT8:
         raise ValueError(f"{path}: not an idx file of unsigned bytes (bad magic number)")
     ndim = data[3]
@@ -65,6 +78,8 @@ def _cifar_batch(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open_maybe_gzip(path) as f:
             batch = pickle.load(f, encoding="bytes")
+    except DAMAGED_GZIP as err:
+        raise damaged_gzip(path, err) from None
     except OSError:
         raise
     except Exception as err:  # a damaged pickle fails in many ways, all of them this one
@@ -92,6 +107,8 @@ def _svhn_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open_maybe_gzip(path) as f:
             mat = loadmat(f)
+    except DAMAGED_GZIP as err:
+        raise damaged_gzip(path, err) from None
     except OSError:
         raise
     except Exception as err:

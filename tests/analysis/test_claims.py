@@ -181,7 +181,9 @@ def test_a_kept_run_whose_scenario_differs_from_the_suites_is_named_with_and_wit
     stored = tmp_path / "runs" / "b" / "seed_1" / "scenario.yaml"
     record = yaml.safe_load(stored.read_text())
     del record["training"]["drop_last"], record["method"]["label_loss"]  # keys an older record lacks: no note
-    write_yaml(stored, {**record, "training": {**record["training"], "lr": 0.5, "momentum": 0.0}})
+    write_yaml(stored, {**record, "training": {**record["training"], "lr": 0.5, "momentum": 0.0},
+                        "eval": {**record["eval"], "pixel_reference": not record["eval"]["pixel_reference"]}})
+    # (the raw-pixel reference changes nothing the claim measures: no note for it)
     note = (f"note: {stored.parent}: its scenario differs from the suite's at training.lr, training.momentum "
             f"(the run is used as it is)\n")
     for extra in ([], ["--no-run"]):
@@ -230,6 +232,12 @@ def test_differences_equal_on_every_seed_are_flagged(tmp_path, synthetic_raw, ca
                        {"a": [0.62, 0.63, 0.64], "b": [0.60] * 3})
     assert main(["claim", str(suite)]) == 0
     assert "equal on every seed" not in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "runs")  # equivalence: the outcome rests on where the one value lies, not its sign
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "equivalent",
+                                                  "margin": 1.0}], {"a": [0.60] * 3, "b": [0.60] * 3})
+    assert main(["claim", str(suite)]) == 0
+    out = capsys.readouterr().out
+    assert "the differences are equal on every seed, so the interval has no width\n" in out and "sign" not in out
 
 
 def test_equivalence_inside_and_outside_the_margin(tmp_path, synthetic_raw, capsys):
@@ -256,10 +264,19 @@ def test_an_arm_whose_gain_interval_reaches_zero_is_not_shown_to_learn_whatever_
     finals = {"a": [0.62, 0.63, 0.64], "c": [0.55, 0.47, 0.51]}
     assert main(["claim", str(fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "c",
                                                                     "direction": "greater"}], finals))]) == 0
-    rows = {line.split(" | ")[0]: line for line in capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0]: line for line in out.splitlines()
             if line.startswith(("| a | decides | `", "| c | decides | `"))}  # the arms' table
     assert rows["| a"].endswith("+13.00 [+10.52, +15.48] (ahead on 3/3) |")
     assert rows["| c"].endswith("+1.00 [-8.94, +10.94] (ahead on 2/3) **not shown to learn** |")
+    # the verdict says so (results/protocol.md: "the claim is reported as about networks that did not learn")
+    assert ("Deciding arm not shown to learn on linear_top1 (final over round 0, interval not above zero): c; the "
+            "verdict is about networks that did not learn.\n\n**Claim reproduced**.") in out
+    shutil.rmtree(tmp_path / "runs")
+    assert main(["claim", str(fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "c",
+                                                                    "direction": "greater"}],
+                                         {"a": [0.62, 0.63, 0.64], "c": [0.55, 0.56, 0.54]}))]) == 0
+    assert "Deciding arm" not in capsys.readouterr().out
 
 
 def test_secondary_arms_and_comparisons_are_printed_and_decide_nothing(tmp_path, synthetic_raw, capsys):
@@ -274,6 +291,30 @@ def test_secondary_arms_and_comparisons_are_printed_and_decide_nothing(tmp_path,
     assert "| a − c | secondary, decides nothing | +23.00 [" in out
     assert "a − c = " not in out  # no verdict for it
     assert "**Claim reproduced**." in out
+
+
+def test_a_secondary_metric_the_baseline_lacks_is_n_a_and_the_claim_is_decided(tmp_path, synthetic_raw, capsys):
+    """a's runs log the projector kNN (round 0 0.30, finals 0.35, 0.36, 0.37), b's do not (older code):
+    b's cells and the a − b difference on it are n/a; the primary still decides."""
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite_file = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    suite = yaml.safe_load(suite_file.read_text())
+    suite["secondary"] = ["knn_top1", "knn_projector_top1"]
+    write_yaml(suite_file, suite)
+    for seed in (0, 1, 2):
+        path = tmp_path / "runs" / "a" / f"seed_{seed}" / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["initial"]["knn_projector_top1"], summary["final"]["knn_projector_top1"] = 0.30, 0.35 + 0.01 * seed
+        path.write_text(json.dumps(summary))
+    assert main(["claim", str(suite_file)]) == 0
+    out = capsys.readouterr().out
+    # arms: probe, kNN (probe - 0.1), projector kNN, each round 0 | final
+    assert ("| 50.00 ± 0.00 | 63.00 ± 1.00 | 40.00 ± 0.00 | 53.00 ± 1.00 | 30.00 ± 0.00 | 36.00 ± 1.00 "
+            "| +13.00") in out
+    assert "| 50.00 ± 0.00 | 60.00 ± 0.00 | 40.00 ± 0.00 | 50.00 ± 0.00 | n/a | n/a | +10.00" in out
+    assert ("| a − b | decides | +3.00 [+0.52, +5.48] (ahead on 3/3) | +3.00 [+0.52, +5.48] (ahead on 3/3) "
+            "| n/a |") in out
+    assert out.rstrip().endswith("**Claim reproduced**.")
 
 
 def test_arms_restricts_the_runs_and_the_table_to_the_named_arms(tmp_path, synthetic_raw, capsys, monkeypatch):
@@ -305,6 +346,97 @@ def test_arms_restricts_the_runs_and_the_table_to_the_named_arms(tmp_path, synth
         assert main(["claim", str(suite_file), "--arms", arms]) == 2
         err = capsys.readouterr().err
         assert err == f"fedssl: error: {suite_file}: {expected}\n", err
+
+
+def test_one_pair_claimed_two_ways_gives_two_rows_told_apart(tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.601, 0.598, 0.601], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "equivalent", "margin": 1},
+                                                 {"arm": "a", "baseline": "b", "direction": "not_greater",
+                                                  "margin": 1}], finals)
+    assert main(["claim", str(suite)]) == 0
+    out = capsys.readouterr().out
+    assert "| a − b | decides (a within ±1 point of b) | " in out
+    assert "| a − b | decides (a not better than b by 1 point or more) | " in out
+
+
+def test_arms_that_leave_out_a_deciding_comparison_give_no_verdict_of_the_claim(tmp_path, synthetic_raw, capsys):
+    # a - b reproduced (+3.00 [+0.52, +5.48]); c - b not (+3.00 [-3.57, +9.57]): the claim is not reproduced
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60], "c": [0.61, 0.62, 0.66]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"},
+                                                 {"arm": "c", "baseline": "b", "direction": "greater"}], finals)
+    assert main(["claim", str(suite)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("**Claim not reproduced** (every comparison must be reproduced).")
+    assert main(["claim", str(suite), "--arms", "a,b"]) == 0
+    out = capsys.readouterr().out
+    assert "claimed a > b: a − b = +3.00 [+0.52, +5.48] points over 3 seeds → **reproduced**" in out
+    assert "**Claim" not in out
+    assert out.rstrip().endswith("**Partial: no verdict of the claim**: `--arms` left out its deciding comparison "
+                                 "c − b, and the claim is reproduced only when every one is.")
+
+
+def test_a_run_of_another_seed_in_a_seeds_folder_is_one_line_before_anything_runs(tmp_path, synthetic_raw, capsys,
+                                                                                  monkeypatch):
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    (tmp_path / "runs" / "a" / "seed_2" / "summary.json").unlink()  # a run to resume, were the check late
+    misplaced = tmp_path / "runs" / "b" / "seed_1"
+    shutil.rmtree(misplaced)
+    shutil.copytree(tmp_path / "runs" / "b" / "seed_0", misplaced)  # seed 0's run, copied by hand
+    for extra in ([], ["--no-run"]):
+        assert main(["claim", str(suite), *extra]) == 2
+        assert capsys.readouterr().err == (f"fedssl: error: {misplaced}: scenario.yaml: expected a run of seed 1 (its "
+                                           f"folder's), found one of seed 0; move it away or use another --runs-dir\n")
+
+
+@pytest.mark.parametrize("primary, expected", [
+    ("linear_top1_5pct", "its eval.label_fractions are [0.01, 0.1]"),
+    ("finetune_top1_1pct", "its eval.finetune_steps is 0"),
+])
+def test_a_label_efficient_metric_the_arms_do_not_evaluate_is_one_line_before_anything_runs(
+        tmp_path, synthetic_raw, capsys, monkeypatch, primary, expected):
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
+    scenario_file = write_yaml(tmp_path / "tiny.yaml", {**synthetic_raw, "eval": {
+        **synthetic_raw["eval"], "label_fractions": [0.01, 0.1]}})
+    suite = write_yaml(tmp_path / "suite.yaml", {
+        "claim": "x", "seeds": [0], "primary": "linear_top1", "secondary": [primary],
+        "arms": {"a": {"scenario": str(scenario_file)}, "b": {"scenario": str(scenario_file),
+                                                              "set": ["training.lr=0.01"]}},
+        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")})
+    assert main(["claim", str(suite)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {suite}: arms.a: its runs would not evaluate {primary} "
+                                       f"({expected}); expected a metric they evaluate\n")
+    assert not (tmp_path / "runs").exists()
+    from analysis.claims import unevaluated
+    scenario = load_scenario(scenario_file, ["eval.finetune_steps=5"])
+    assert [unevaluated(scenario, m) for m in ("linear_top1_10pct", "tier/knn_top1_1pct", "finetune_top1_1pct",
+                                               "knn_projector_top1")] == [None] * 4
+
+
+def test_an_interrupted_run_whose_checkpoint_is_damaged_is_one_line_before_anything_runs(tmp_path, synthetic_raw,
+                                                                                         capsys, monkeypatch):
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    interrupted = tmp_path / "runs" / "a" / "seed_2"
+    (interrupted / "summary.json").unlink()
+    (interrupted / "checkpoints" / "round_00001").mkdir(parents=True)
+    (interrupted / "checkpoints" / "round_00001" / "state.pt").write_bytes(b"PK\x03\x04 cut short")
+    assert main(["claim", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {interrupted / 'checkpoints' / 'round_00001' / 'state.pt'}: -: cannot be "
+                          f"read") and err.count("\n") == 1, err
+
+
+def test_a_deadline_that_comes_when_every_run_has_finished_prints_the_claim(tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    for _ in range(3):  # the timer goes off inside the block or after it: the same outcome
+        assert main(["claim", str(suite), "--until", "+0s"]) == 0
+        assert capsys.readouterr().out.rstrip().endswith("**Claim reproduced**.")
 
 
 # ---- errors in the suite file ---------------------------------------------------------------

@@ -35,12 +35,63 @@ def test_curves_average_the_seeds_at_rounds_every_seed_logged(tmp_path):
         r for r in rows if r["metric"] == "eval/knn_top1"]
 
 
+def test_curves_are_in_round_order_whatever_the_order_of_the_logged_rows(tmp_path):
+    a0, a1 = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7)
+    write_metrics(a0, [(4, "eval/knn_top1", 0.70), (0, "eval/knn_top1", 0.50), (2, "eval/knn_top1", 0.60)])
+    write_metrics(a1, [(2, "eval/knn_top1", 0.64), (4, "eval/knn_top1", 0.74), (0, "eval/knn_top1", 0.52)])
+    rows = learning_curves([read_run(d) for d in (a0, a1)], ("eval/knn_top1",))
+    assert [(r["round"], r["seeds"]) for r in rows] == [(0, 2), (2, 2), (4, 2)]
+    assert [r["mean"] for r in rows] == pytest.approx([0.51, 0.62, 0.72])
+
+
 def test_curves_parquet_and_one_png_per_metric_are_written(tmp_path):
     rows = learning_curves(runs_with_curves(tmp_path), ("eval/knn_top1", "train/loss"))
     paths = write_curves(rows, tmp_path / "plots")
     assert [p.name for p in paths] == ["eval_knn_top1.png", "train_loss.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
     assert pq.read_table(tmp_path / "plots" / "curves.parquet").to_pylist() == rows
+
+
+def test_each_scenario_is_plotted_with_its_band_and_its_number_of_seeds(tmp_path, monkeypatch):
+    """What the PNGs draw, read from matplotlib's calls: per metric, one line per scenario (a: 2 seeds,
+    b: 1) over the rounds every seed logged, a band of mean -+ std, and a legend naming the seeds."""
+    from matplotlib.axes import Axes
+    calls = []
+
+    def recording(method):
+        original = getattr(Axes, method)
+
+        def record(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            if method == "legend":
+                calls.append((method, [text.get_text() for text in result.get_texts()]))
+            else:
+                calls.append((method, [list(a) for a in args], kwargs.get("label")))
+            return result
+        monkeypatch.setattr(Axes, method, record)
+    for method in ("plot", "fill_between", "legend"):
+        recording(method)
+    rows = learning_curves(runs_with_curves(tmp_path), ("eval/knn_top1", "train/loss"))
+    write_curves(rows, tmp_path / "plots")
+    # eval/knn_top1: a at rounds 0, 2: means 0.51, 0.62, std 0.02 / sqrt 2, 0.04 / sqrt 2; b at 0, 4 (std 0)
+    sa0, sa2 = 0.02 / 2 ** 0.5, 0.04 / 2 ** 0.5
+    expected = [("plot", [[0, 2], [0.51, 0.62]], "a (2)"),
+                ("fill_between", [[0, 2], [0.51 - sa0, 0.62 - sa2], [0.51 + sa0, 0.62 + sa2]], None),
+                ("plot", [[0, 4], [0.40, 0.80]], "b (1)"),
+                ("fill_between", [[0, 4], [0.40, 0.80], [0.40, 0.80]], None),
+                ("legend", ["a (2)", "b (1)"]),
+                # train/loss: a at rounds 1, 2: means 4, 3, std sqrt 2; b at round 1 alone
+                ("plot", [[1, 2], [4.0, 3.0]], "a (2)"),
+                ("fill_between", [[1, 2], [4.0 - 2 ** 0.5, 3.0 - 2 ** 0.5], [4.0 + 2 ** 0.5, 3.0 + 2 ** 0.5]], None),
+                ("plot", [[1], [1.0]], "b (1)"),
+                ("fill_between", [[1], [1.0], [1.0]], None),
+                ("legend", ["a (2)", "b (1)"])]
+    assert [call[0] for call in calls] == [call[0] for call in expected]
+    for call, wanted in zip(calls, expected):
+        if call[0] == "legend":
+            assert call == wanted
+        else:
+            assert call[2] == wanted[2] and call[1] == [pytest.approx(values) for values in wanted[1]], call
 
 
 def test_report_plot_from_the_command_line(tmp_path, capsys):

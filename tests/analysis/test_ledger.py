@@ -14,7 +14,7 @@ import yaml
 
 from analysis.ledger import (History, against_margin, differences, ledger, match_runs, on_gpu,
                              self_supervised_fashion_mnist)
-from analysis.report import parse_margins
+from analysis.report import parse_margins, t_interval
 from simulator.cli import main
 from simulator.scenario import load_scenario
 
@@ -85,6 +85,29 @@ def test_only_a_code_change_of_the_trained_state_makes_earlier_runs_stale(histor
     assert h.code_state(["fedssl 0.1.0, git 0123456789ab"], "scenarios/quickstart.yaml") == "unknown"
     # a resumed run: one session's code before the fix makes it stale
     assert h.code_state(code(c["c1"]) + code(c["c3"]), "scenarios/quickstart.yaml") == "stale"
+
+
+def test_a_record_replaced_by_another_machines_makes_earlier_runs_stale(history):
+    """A baseline whose records before and after share no CPU capability cannot say the state is
+    unchanged: a re-record on another machine alone (no code, no file) counts as a change."""
+    repo, c = history
+    replaced = commit(repo, "re-recorded on another machine", {"scenarios/quickstart.yaml": {"AVX10": record("s3")}})
+    h = History(repo)
+    assert h.changes("scenarios/quickstart.yaml") == (replaced, c["c2"])
+    assert h.code_state(code(c["c5"]), "scenarios/quickstart.yaml") == "stale"
+    assert h.code_state(code(replaced), "scenarios/quickstart.yaml") == "current"
+
+
+def test_a_change_to_methods_with_the_file_makes_earlier_runs_stale(history):
+    """A commit that edits methods/ and the scenario file together and changes the recorded state is
+    the code's too (c4, the file alone re-recorded, is not: the stored scenario tells it)."""
+    repo, c = history
+    name = "scenarios/quickstart.yaml"
+    both = commit(repo, "a method fix and the file", {name: {"AVX2": record("s4"), "AVX512": record("t4")}},
+                  {"methods/y.py": "b = 1\n", name: (repo / name).read_text().replace("rounds: 99", "rounds: 98")})
+    h = History(repo)
+    assert h.changes(name) == (both, c["c2"])
+    assert h.code_state(code(c["c5"]), name) == "stale" and h.code_state(code(both), name) == "current"
 
 
 def test_the_first_baselines_one_capability_format_is_read(history):
@@ -195,6 +218,18 @@ def test_a_files_mean_gain_lies_above_below_or_across_its_margin():
     assert against_margin([5.0, 6.0, 7.0], 4.0) == ("+6.00 [+3.52, +8.48]", "straddles")
     assert against_margin([1.0, 1.2, 1.4], 2.0) == ("+1.20 [+0.70, +1.70]", "below")  # sd 0.2, half 0.49683
     assert against_margin([5.0], 4.0) == ("+5.00", "one seed")
+
+
+def test_an_interval_touching_the_margin_lies_above_at_its_low_end_and_across_at_its_high_end():
+    """A gain of exactly the margin clears it (learning_verdict), so an interval whose low end is the
+    margin lies above it, and one whose high end is the margin does not lie below it: it straddles."""
+    assert against_margin([4.0, 4.0, 4.0], 4.0) == ("+4.00 [+4.00, +4.00]", "above")  # sd 0: no width
+    # gains 5, 6, 7: [6 - 2.48414, 6 + 2.48414] (above); the margin set to each end exactly
+    low, high = t_interval([5.0, 6.0, 7.0])
+    assert (low, high) == pytest.approx((3.51586, 8.48414), abs=1e-5)
+    assert against_margin([5.0, 6.0, 7.0], low) == ("+6.00 [+3.52, +8.48]", "above")
+    assert against_margin([5.0, 6.0, 7.0], high) == ("+6.00 [+3.52, +8.48]", "straddles")
+    assert against_margin([5.0, 6.0, 7.0], high + 1e-9) == ("+6.00 [+3.52, +8.48]", "below")
 
 
 def test_bad_input_is_one_line_and_exit_2(history, tmp_path, capsys):

@@ -103,7 +103,13 @@ def test_a_directory_without_checkpoint_is_an_error(tmp_path, capsys):
     started.mkdir()
     (started / "scenario.yaml").write_text(json.dumps({"name": "x", "seed": 0}))
     assert main(["evaluate", str(started)]) == 2
-    assert "no checkpoint to evaluate" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"fedssl: error: {started}: no checkpoint to evaluate (the run stopped before "
+                                       f"its first)\n")
+    (started / "summary.json").write_text(json.dumps({"rounds_completed": 100}))  # finished, checkpoints not kept
+    assert main(["evaluate", str(started)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {started}: no checkpoint to evaluate: the run finished "
+                                       f"(summary.json) but its checkpoints are not in its directory (a kept run's "
+                                       f"are not); its raw-pixel reference needs none (scripts/pixel_reference.py)\n")
 
 
 def test_the_run_logs_the_label_efficient_metrics_everywhere(tiny_run):

@@ -5,8 +5,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from analysis.report import (LEARNING_MARGINS, by_scenario, learning_table, markdown_table, paired_difference,
-                             paired_table, pixel_table, read_run, t_interval)
+from analysis.report import (LEARNING_MARGINS, by_scenario, learning_table, markdown_table, mean_std,
+                             paired_difference, paired_table, pixel_table, read_run, t_interval)
 from simulator.cli import main
 
 
@@ -243,6 +243,34 @@ def test_paired_interval_is_the_t_interval_of_the_per_seed_differences(tmp_path,
     assert "| arm | 0,1,2 | +3.00 [-3.57, +9.57] (ahead on 3/3) |" in capsys.readouterr().out
 
 
+def test_runs_given_out_of_seed_order_are_paired_and_named_in_seed_order(tmp_path, capsys):
+    """Differences by seed: 0: 65 - 60 = +5, 1: 68 - 70 = -2, 2: 83 - 80 = +3 points; mean 2, sample std
+    sqrt(13) = 3.60555, standard error 2.08167, t(0.975, 2) = 4.302653: 2 -+ 8.95669 = [-6.96, +10.96]."""
+    dirs = [fake_run(tmp_path, "base", s, v) for s, v in [(2, 0.80), (0, 0.60), (1, 0.70)]]
+    dirs += [fake_run(tmp_path, "new", s, v) for s, v in [(1, 0.68), (2, 0.83), (0, 0.65)]]
+    runs = [read_run(d) for d in dirs]
+    difference = paired_difference(by_scenario(runs)["new"], by_scenario(runs)["base"],
+                                   lambda run: run["final"]["knn_top1"])
+    assert difference.seeds == (0, 1, 2) and difference.diffs == pytest.approx((5.0, -2.0, 3.0))
+    assert difference.interval == pytest.approx((-6.95669, 10.95669), abs=1e-5)
+    assert main(["report", *map(str, dirs), "--baseline", "base"]) == 0
+    assert "| new | 0,1,2 | +2.00 [-6.96, +10.96] (ahead on 2/3) |" in capsys.readouterr().out
+
+
+def test_a_paired_run_lacking_the_value_gives_no_difference(tmp_path):
+    """A missing value (None: a metric of later code) on either side of a pair gives no difference
+    (shown as n/a), whichever side lacks it; and mean_std of values with a missing one is n/a."""
+    dirs = [fake_run(tmp_path, "with", s, 0.6, projector_knn=0.3) for s in (0, 1)]
+    dirs += [fake_run(tmp_path, "without", s, 0.6) for s in (0, 1)]
+    groups = by_scenario([read_run(d) for d in dirs])
+    projector = lambda run: run["final"].get("knn_projector_top1")  # noqa: E731
+    assert paired_difference(groups["with"], groups["without"], projector) is None  # the baseline lacks it
+    assert paired_difference(groups["without"], groups["with"], projector) is None  # the arm lacks it
+    assert paired_difference(groups["with"], groups["with"], projector).diffs == (0.0, 0.0)
+    assert mean_std([0.5, None]) == "n/a" and mean_std([None]) == "n/a"
+    assert mean_std([0.5, 0.7]) == "60.00 ± 14.14"
+
+
 def label_efficient_run(tmp_path, name, seed, finetune=False):
     """A run whose summary carries the label-efficient metrics (0.01 and 0.1, fine-tuning optional)."""
     run_dir = fake_run(tmp_path, name, seed, 0.7)
@@ -385,3 +413,20 @@ def test_the_pixel_table_puts_round_0_and_final_beside_the_raw_pixel_reference(t
     assert pixel_table(runs + [older]) is None
     assert main(["report", *map(str, dirs), older["dir"]]) == 0
     assert "pixels" not in capsys.readouterr().out
+
+
+def test_the_pixel_table_shows_only_the_metrics_every_runs_reference_holds(tmp_path):
+    """Both runs have the 1%-label kNN, but only seed 0's raw-pixel reference does (references of
+    different code): the column is left out, not read from a reference that lacks it."""
+    pixels = {"knn_top1": 0.52, "linear_top1": 0.65}
+    runs = [read_run(fake_run(tmp_path, "a", s, 0.55, pixels=pixels)) for s in (0, 1)]
+    runs = [{**run, "initial": {**run["initial"], "knn_top1_1pct": 0.3},
+             "final": {**run["final"], "knn_top1_1pct": 0.4}} for run in runs]
+    runs[0] = {**runs[0], "pixels": {**pixels, "knn_top1_1pct": 0.35}}
+    table = pixel_table(runs)
+    assert "knn_top1_1pct" not in table
+    assert "| a | 0 | 52.00 | -2.00 | +3.00 | 65.00 | -5.00 | +5.00 |" in table
+    assert "| a | 1 | 52.00 | -2.00 | +3.00 | 65.00 | -5.00 | +5.00 |" in table
+    # with every reference holding it, it is shown: 35 pixels, round 0 30 (-5), final 40 (+5)
+    runs[1] = {**runs[1], "pixels": {**pixels, "knn_top1_1pct": 0.35}}
+    assert "| a | 1 | 52.00 | -2.00 | +3.00 | 65.00 | -5.00 | +5.00 | 35.00 | -5.00 | +5.00 |" in pixel_table(runs)

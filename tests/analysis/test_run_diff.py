@@ -9,6 +9,7 @@ from analysis.run_diff import diff_runs, logged_values
 from simulator.cli import main
 from simulator.run import run_scenario
 from simulator.scenario import resolve
+from tests.analysis.test_report import fake_run, write_metrics
 from tests.conftest import tiny_scenario
 
 
@@ -99,3 +100,46 @@ def test_a_directory_without_metrics_is_one_error_line(runs, tmp_path, capsys):
     assert main(["diff", str(runs["a"]), str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fedssl: error:") and "no metrics.parquet" in err[0]
+
+
+def test_two_runs_that_share_no_logged_value_have_nothing_to_compare_and_do_not_reproduce(tmp_path, capsys):
+    a, b = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "b", 0, 0.7)
+    write_metrics(a, [(0, "eval/knn_top1", 0.5), (1, "eval/knn_top1", 0.6)])
+    write_metrics(b, [(0, "train/loss", 2.0), (1, "train/loss", 1.0)])
+    result = diff_runs(logged_values(a), logged_values(b))
+    assert (result.compared, result.differing, result.missing) == (0, (), ()) and not result.reproduces
+    assert main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert out.endswith("\nnothing to compare: the runs share no logged value\n") and "bitwise" not in out
+
+
+def test_a_nan_in_a_against_a_number_in_b_differs(tmp_path, capsys):
+    key = (1, "eval/knn_top1")
+    a, b = {(0, "eval/knn_top1"): 0.5, key: float("nan")}, {(0, "eval/knn_top1"): 0.5, key: 0.6}
+    result = diff_runs(a, b)
+    assert [k for k, _, _ in result.differing] == [key] and not result.reproduces
+    run_a, run_b = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "b", 0, 0.7)
+    write_metrics(run_a, [(r, n, v) for (r, n), v in a.items()])
+    write_metrics(run_b, [(r, n, v) for (r, n), v in b.items()])
+    assert main(["diff", str(run_a), str(run_b)]) == 1
+    assert "first differing: round 1 eval/knn_top1: nan (A) against 0.6 (B)" in capsys.readouterr().out
+
+
+def test_the_diff_text_gives_round_0_and_last_headlines_the_first_and_the_largest_difference(tmp_path, capsys):
+    """Three values differ: round 0 probe by 0.01 (the first), round 2 kNN by 0.02, round 1 loss by 0.5
+    (the largest); the headline runs from round 0 to the last evaluated round, 2."""
+    run_a, run_b = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "b", 0, 0.7)
+    write_metrics(run_a, [(0, "eval/knn_top1", 0.50), (0, "eval/linear_top1", 0.55), (1, "train/loss", 2.0),
+                          (2, "eval/knn_top1", 0.60), (2, "eval/linear_top1", 0.70), (2, "time/round_seconds", 1.0)])
+    write_metrics(run_b, [(0, "eval/knn_top1", 0.50), (0, "eval/linear_top1", 0.56), (1, "train/loss", 2.5),
+                          (2, "eval/knn_top1", 0.62), (2, "eval/linear_top1", 0.70), (2, "time/round_seconds", 9.0)])
+    assert main(["diff", str(run_a), str(run_b)]) == 1
+    assert capsys.readouterr().out == (
+        f"A: {run_a}: knn_top1 50.00 (round 0) → 60.00 (round 2), linear_top1 55.00 (round 0) → 70.00 (round 2); "
+        f"code not recorded, numerics not recorded\n"
+        f"B: {run_b}: knn_top1 50.00 (round 0) → 62.00 (round 2), linear_top1 56.00 (round 0) → 70.00 (round 2); "
+        f"code not recorded, numerics not recorded\n"
+        "rounds 0-2: 5 values compared (time/ and memory/ left out), 3 differ\n"
+        "first differing: round 0 eval/linear_top1: 0.55 (A) against 0.56 (B); largest difference 0.5 "
+        "(train/loss, round 1)\n"
+        "B does not reproduce A\n")

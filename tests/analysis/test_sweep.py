@@ -65,7 +65,7 @@ def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, caps
     out = tmp_path / "sweep"
     assert main(["sweep", str(scenario), "--over", "population.num_clients=4,8", "--out", str(out)]) == 0
     rows = pq.read_table(out / "sweep.parquet").to_pylist()
-    assert [r["population.num_clients"] for r in rows] == ["4", "8"]
+    assert [r["population.num_clients"] for r in rows] == [4, 8]  # numbers, as a researcher's pandas expects
     assert all(r["samples_per_second"] > 0 and r["workers_peak_mb"] > 0 and r["bytes_per_round"] > 0 for r in rows)
     assert all(0 <= r["final_knn_top1"] <= 1 for r in rows)
     for row in rows:  # each row's accuracies are its run's: final beside round 0 and the pixels
@@ -88,12 +88,33 @@ def test_sweep_writes_table_and_plots(ray_session, synthetic_raw, tmp_path, caps
     assert lines[2].startswith("sweep: 2/2 runs done  elapsed ") and len(lines) == 3
 
 
+def test_swept_values_are_numbers_where_every_value_of_the_key_is_one():
+    from analysis.sweep import swept_values
+    keys, combos = grid(["training.lr=0.1,1", "method.name=fedavg,rotpred", "seed=3,4", "augment.crop_scale=[0.2,1.0]",
+                         "training.drop_last=true,false"])
+    values = swept_values(keys, combos)
+    assert len(values) == 16 and values[0] == {"training.lr": 0.1, "method.name": "fedavg", "seed": 3,
+                                              "augment.crop_scale": "[0.2,1.0]", "training.drop_last": "true"}
+    assert [type(v["training.lr"]) for v in values] == [float] * 16  # 1 among 0.1: a float column, not mixed
+    assert values[-1]["training.lr"] == 1.0 and values[-1]["seed"] == 4
+
+
 def test_a_sweep_over_names_plots_them_in_sweep_order(tmp_path):
     from analysis.sweep import MEASURES, plot
     rows = [{"method.name": name, "seed": "0", **{m: 1.0 + i for m in MEASURES}}
             for i, name in enumerate(["fedavg", "rotpred"])]
     plot(rows, ["method.name", "seed"], tmp_path)
     assert all((tmp_path / f"{m}.png").read_bytes()[:4] == b"\x89PNG" for m in MEASURES)
+
+
+def test_a_measure_no_run_has_gets_no_plot(tmp_path):
+    """Evaluation off (no accuracies), one round (no steady state): no PNG of empty axes for those."""
+    from analysis.sweep import MEASURES, plot
+    missing = {"final_knn_top1", "final_linear_top1", "seconds_per_round"}
+    rows = [{"population.num_clients": n, **{m: None if m in missing else 1.0 + i for m in MEASURES}}
+            for i, n in enumerate([10, 100])]
+    plot(rows, ["population.num_clients"], tmp_path)
+    assert sorted(p.stem for p in tmp_path.glob("*.png")) == sorted(set(MEASURES) - missing)
 
 
 def test_sweep_validates_every_combination_before_running(synthetic_raw, tmp_path, capsys):

@@ -146,3 +146,20 @@ def test_colour_jitter_touches_the_configured_fraction_of_images():
                            contrast=0.0)
     changed = (BatchAugment(config)(images, seeded(0)) - 0.5).abs().flatten(1).amax(dim=1) > 1e-6
     assert abs(changed.float().mean().item() - 0.8) < 0.03
+
+
+def test_rotate90_takes_quarter_turns_modulo_four():
+    images = random_images(batch=4, size=5)
+    out = rotate90(images, torch.tensor([4, 5, -1, 6]))
+    for image, turn, rotated in zip(images, [0, 1, 3, 2], out):
+        assert torch.equal(rotated, torch.rot90(image, turn, dims=(1, 2)))
+
+
+def test_a_jitter_strength_above_one_draws_factors_from_zero_never_below():
+    """torchvision's ColorJitter range: factors in [max(0, 1 - s), 1 + s]; at s = 1.5, [0, 2.5]. A pixel
+    of 0.5 becomes 0.5 f (clamped at 1): never 0 (a negative factor would clamp a sixth of the images
+    to black), and some factors come close to 0."""
+    images = torch.full((3000, 1, 4, 4), 0.5)
+    out = BatchAugment(only(brightness=1.5))(images, seeded(0))[:, 0, 0, 0]
+    assert out.min() > 0 and out.min() < 0.01
+    assert torch.equal(out.max(), torch.tensor(1.0))  # f above 2 clamps

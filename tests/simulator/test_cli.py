@@ -190,11 +190,19 @@ def test_a_failed_run_in_a_sweep_is_one_line_and_a_one_round_benchmark_is_refuse
                                        f"benchmark (its speeds are read from round 2 on), got 1\n")
 
 
-def test_a_failed_run_in_a_claim_is_one_line_naming_its_checkpoint(synthetic_raw, tmp_path, capsys, monkeypatch):
-    from simulator.federation import ServerFailure
+@pytest.mark.parametrize("resumable", [True, False])
+def test_a_failed_run_in_a_claim_is_one_line_naming_its_checkpoint(synthetic_raw, tmp_path, capsys, monkeypatch,
+                                                                    resumable):
+    """A failure that a resume may get past (a lost server) says to run the claim again; a failed
+    client step (a diverging loss), which a resume replays, does not."""
+    from simulator.federation import ServerFailure, WorkerFailure
 
     def failing_runs(*args, **kwargs):
-        raise ServerFailure("the parameter server died 3 times in round 4")
+        if resumable:
+            raise ServerFailure("the parameter server died 3 times in round 4")
+        failure = WorkerFailure("round 2, client 7, fedavg: non-finite loss (nan)")
+        failure.run_dir = "runs/a/seed_0"
+        raise failure
 
     monkeypatch.setattr("analysis.claims.run_missing", failing_runs)
     scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
@@ -204,9 +212,15 @@ def test_a_failed_run_in_a_claim_is_one_line_naming_its_checkpoint(synthetic_raw
         "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
         "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
     assert main(["claim", str(suite)]) == 1
-    assert capsys.readouterr().err.endswith(
-        "\nfedssl: error: the parameter server died 3 times in round 4; the run stopped, its last good checkpoint is "
-        "none (it failed before the first); run the claim again to resume it\n")
+    err = capsys.readouterr().err
+    if resumable:
+        assert err.endswith("\nfedssl: error: the parameter server died 3 times in round 4; the run stopped, its last "
+                            "good checkpoint is none (it failed before the first); run the claim again to resume it\n")
+    else:
+        assert err.endswith("\nfedssl: error: round 2, client 7, fedavg: non-finite loss (nan); the run stopped, its "
+                            "last good checkpoint is none (it failed before the first); resuming it would fail the "
+                            "same way (a client step failed): the claim cannot go on with this arm as it is; report "
+                            "the failure as a finding, or change the arm's settings and move runs/a/seed_0 away\n")
 
 
 def test_the_fedssl_command_keeps_the_exit_code_and_the_output_of_main(synthetic_raw, tmp_path):
@@ -258,6 +272,27 @@ def test_fedssl_run_disconnects_the_ray_it_started_before_its_last_lines(synthet
     assert lines[-3:-1] == ["ray disconnected", f"run directory: {tmp_path / 'run'}"], done.stdout
 
 
+def finished_run(scenario: dict, out: str) -> tuple[Path, dict]:
+    """A stand-in for ``run_scenario``: the run directory of a finished run, with its summary."""
+    Path(out).mkdir(parents=True)
+    (Path(out) / "summary.json").write_text(json.dumps({"rounds_completed": scenario["training"]["rounds"],
+                                                         "initial": {}, "final": {}}))
+    return Path(out), {"initial": {}, "final": {}, "rounds_completed": scenario["training"]["rounds"]}
+
+
+def two_run_command(command: str, scenario: Path, tmp_path: Path) -> list[str]:
+    """``fedssl claim`` of a suite (arms a then b, one seed; runs in tmp_path/runs) or ``fedssl sweep``
+    (training.lr 0.01 then 0.02; runs in tmp_path/sweep) of two runs of ``scenario``."""
+    if command == "sweep":
+        return ["sweep", str(scenario), "--over", "training.lr=0.01,0.02", "--out", str(tmp_path / "sweep")]
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({
+        "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
+        "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
+        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
+    return ["claim", str(suite)]
+
+
 @pytest.mark.parametrize("command", ["claim", "sweep"])
 def test_a_signal_between_two_runs_ends_a_claim_or_sweep_with_one_line(synthetic_raw, tmp_path, capsys, monkeypatch,
                                                                        command):
@@ -269,29 +304,45 @@ def test_a_signal_between_two_runs_ends_a_claim_or_sweep_with_one_line(synthetic
         calls.append(out)
         if len(calls) == 2:
             raise simulator.run.Stopped("SIGTERM")
-        Path(out).mkdir(parents=True)
-        (Path(out) / "summary.json").write_text(json.dumps({"rounds_completed": scenario["training"]["rounds"],
-                                                             "initial": {}, "final": {}}))
-        return Path(out), {"initial": {}, "final": {}, "rounds_completed": scenario["training"]["rounds"]}
+        return finished_run(scenario, out)
 
     monkeypatch.setattr(simulator.run, "run_scenario", stopped_at_the_second_run)
     scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
-    if command == "claim":
-        suite = tmp_path / "suite.yaml"
-        suite.write_text(yaml.safe_dump({
-            "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
-            "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
-            "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
-        argv, hint = ["claim", str(suite)], "run the claim again to go on"
-    else:
-        argv = ["sweep", str(scenario), "--over", "training.lr=0.01,0.02", "--out", str(tmp_path / "sweep")]
-        hint = "the sweep's later runs were not started"
-    monkeypatch.setattr("analysis.sweep.row_of", lambda combo, summary: {"combo": ",".join(combo)})
+    argv = two_run_command(command, scenario, tmp_path)
+    hint = "run the claim again to go on" if command == "claim" else "the sweep's later runs were not started"
+    monkeypatch.setattr("analysis.sweep.row_of", lambda values, summary: dict(values))
     monkeypatch.setattr("analysis.sweep.write_outputs", lambda rows, keys, out: None)
     assert main(argv) == 128 + 15
     err = capsys.readouterr().err
     assert len(calls) == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"fedssl: stopped by SIGTERM between two runs; {hint}"
+
+
+@pytest.mark.parametrize("command", ["claim", "sweep"])
+def test_a_stop_noted_in_a_runs_last_round_announces_no_next_run(synthetic_raw, tmp_path, capsys, monkeypatch,
+                                                                 command):
+    """A signal (or ``--until``'s deadline) noted in the last round of a run, which then ends normally:
+    the command stops before it announces the next run or makes its folder."""
+    import simulator.run
+    from simulator.run import stop_signals
+    calls = []
+
+    def run_noting_a_stop(scenario, out=None, progress=True, resume_dir=None, **_):
+        calls.append(out)
+        stop_signals.requested = "SIGTERM"  # as the handler notes a signal during the rounds
+        return finished_run(scenario, out)
+
+    monkeypatch.setattr(simulator.run, "run_scenario", run_noting_a_stop)
+    monkeypatch.setattr("analysis.sweep.row_of", lambda values, summary: dict(values))
+    monkeypatch.setattr("analysis.sweep.write_outputs", lambda rows, keys, out: None)
+    scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
+    argv = two_run_command(command, scenario, tmp_path)
+    announced, second = (("claim: running", tmp_path / "runs" / "b") if command == "claim"
+                         else ("sweep: run", tmp_path / "sweep" / "training.lr=0.02"))
+    assert main(argv) == 128 + 15
+    err = capsys.readouterr().err
+    assert len(calls) == 1 and not second.exists()
+    assert sum(line.startswith(announced) for line in err.splitlines()) == 1, err  # the first run's line only
 
 
 def test_a_ray_address_where_nothing_answers_is_one_line_not_minutes_of_retries(synthetic_raw, tmp_path, capsys,

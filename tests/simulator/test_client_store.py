@@ -30,3 +30,17 @@ def test_a_put_is_read_back_only_after_commit_and_a_second_put_replaces_it(tmp_p
     store.commit()
     assert torch.equal(loads(store.get([1])[1])["w"], torch.full((3,), 2.0))
     assert not list((tmp_path / "s" / "staged").iterdir())
+
+
+def test_a_state_of_any_picklable_objects_round_trips_not_only_tensors():
+    """A method's client state is whatever it keeps (``Any``): numpy arrays, fractions, nested
+    containers come back equal, as a state written by ``torch.save`` is read in full, not weights only."""
+    import numpy as np
+    from fractions import Fraction
+    state = {"centroids": np.arange(6, dtype=np.float32).reshape(2, 3), "share": Fraction(1, 3),
+             "seen": (4, "rounds"), "w": torch.arange(3.0)}
+    back = loads(dumps(state))
+    assert sorted(back) == ["centroids", "seen", "share", "w"]
+    assert back["centroids"].dtype == np.float32 and back["centroids"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert back["share"] == Fraction(1, 3) and back["seen"] == (4, "rounds")
+    assert torch.equal(back["w"], torch.tensor([0.0, 1.0, 2.0]))

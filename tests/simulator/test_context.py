@@ -29,3 +29,10 @@ def test_context_and_hparams_are_frozen():
     with pytest.raises(TypeError):
         ctx.hparams["training"]["lr"] = 1.0
     assert ctx.progress == 0.0
+
+
+@pytest.mark.parametrize("round_, num_rounds, progress", [(0, 10, 0.0), (1, 10, 0.0), (6, 10, 0.5), (10, 10, 0.9),
+                                                          (1, 0, 0.0)])
+def test_progress_is_the_fraction_of_rounds_done_before_this_one(round_, num_rounds, progress):
+    ctx = RoundContext(round=round_, num_rounds=num_rounds, cohort=(0,), seed=0, hparams=freeze({}))
+    assert ctx.progress == progress

@@ -28,6 +28,13 @@ def test_a_clock_time_is_its_next_occurrence_and_a_duration_counts_from_now(text
     assert Deadline.parse(text, NOW).at == at
 
 
+def test_a_clock_time_the_clock_shows_this_very_second_is_tomorrows():
+    """At 09:40:00.000 sharp, ``09:40`` has come already: its next occurrence is a day later, not now."""
+    now = datetime(2026, 11, 28, 9, 40)
+    assert Deadline.parse("09:40", now).at == datetime(2026, 11, 29, 9, 40)
+    assert Deadline.parse("09:41", now).at == datetime(2026, 11, 28, 9, 41)
+
+
 @pytest.fixture
 def berlin(monkeypatch):
     """The local time zone of Berlin (POSIX rules, no tz database needed): clocks go from 02:00 to
@@ -87,6 +94,33 @@ def test_no_deadline_never_fires_and_a_left_block_cancels_its_alarm():
         pass
     time.sleep(0.6)  # a SIGTERM now would find Python's default action and end the test process
     assert not left.fired and not left.timer.is_alive()
+
+
+def test_a_left_block_cancels_its_daemon_timer_at_once():
+    """An hour-away alarm: its timer thread is a daemon (it never holds the interpreter's exit) and
+    leaving the block cancels it then, not when the hour is up."""
+    with stop_signals(), stop_at(Deadline(datetime.now() + timedelta(hours=1))) as alarm:
+        assert alarm.timer.daemon and alarm.timer.is_alive() and not alarm.timer.finished.is_set()
+    assert alarm.timer.finished.is_set()
+    alarm.timer.join(timeout=60)  # a cancelled timer's thread ends; an uncancelled one would wait out the hour
+    assert not alarm.timer.is_alive() and not alarm.fired
+
+
+def test_a_deadline_that_comes_after_the_block_sends_nothing(monkeypatch):
+    """The timer may go off as the block ends: then it stops nothing (a SIGTERM after the block would
+    find the default action and end the process without its table)."""
+    import simulator.deadline
+    sent = []
+    monkeypatch.setattr(simulator.deadline.os, "kill", lambda pid, sig: sent.append(sig))
+    with stop_signals(), stop_at(Deadline(datetime.now() + timedelta(hours=1))) as alarm:
+        pass
+    alarm.fire()  # as a timer thread already past its wait would
+    assert sent == [] and not alarm.fired
+    with pytest.raises(Stopped), stop_signals(), stop_at(Deadline(datetime.now() + timedelta(hours=1))) as alarm:
+        monkeypatch.undo()
+        alarm.fire()
+        time.sleep(30)
+    assert alarm.fired
 
 
 @pytest.mark.parametrize("text", ["+99999999h", "+99999999999h", "+999999999999999999999s"])

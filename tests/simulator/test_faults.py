@@ -17,6 +17,7 @@ import yaml
 from analysis.run_diff import logged_values
 from simulator.context import RoundContext, freeze
 from simulator.data.store import prepare_partition
+from simulator.federation import ServerLost
 from simulator.run import data_spec, run_scenario
 from simulator.scenario import resolve
 from tests.conftest import sample_cohort, tiny_scenario
@@ -402,6 +403,26 @@ def test_resume_refuses_a_finished_run_and_a_damaged_or_shortened_scenario(ray_s
     assert json.loads((run_dir / "summary.json").read_text())["rounds_completed"] == 2
 
 
+def test_resume_refuses_a_damaged_client_state_in_one_line_before_anything_runs(synthetic_raw, tmp_path, capsys):
+    """Stateful clients (FedEMA): a client-state file of the newest checkpoint cut short is one line
+    naming it and exit 2 (it was a torch traceback from the worker that read it, exit 1)."""
+    from simulator.cli import main
+    raw = {**synthetic_raw, "executor": "in_process", "method": {"name": "fedema", "objective": "byol"},
+           "training": {**synthetic_raw["training"], "rounds": 2}, "eval": {"enabled": False},
+           "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
+    run_dir, _ = run_scenario(resolve(raw), str(tmp_path / "run"), progress=False)
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints" / "round_00002")  # as if killed before round 2's end
+    client = sorted((run_dir / "checkpoints" / "round_00001" / "client_state").glob("client_*.pt"))[0]
+    whole = client.read_bytes()
+    client.unlink()  # a hard link to the store's file: replace it, not write through it
+    client.write_bytes(whole[:100])
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {client}: -: cannot be read (File is not a zip file); "
+                                       f"expected a client state written by fedssl run\n")
+    assert not (run_dir / "checkpoints" / "round_00002").exists()
+
+
 def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(ray_session, synthetic_raw,
                                                                               tmp_path, capsys):
     from simulator.cli import main
@@ -462,6 +483,23 @@ def fault_free(ray_session, tmp_path_factory):
     return scenario, run_dir, summary
 
 
+def healed_run(fault_free, tmp_path, monkeypatch, actor: str, actor_class, scenario=None, same_logs=True):
+    """(run directory, summary) of the fault-free run's scenario (or ``scenario``: placed or evaluated
+    otherwise) with the engine's ``actor`` made of ``actor_class``, which dies somewhere: its
+    accuracies, and with ``same_logs`` every logged value, must be the fault-free run's."""
+    import ray
+
+    from simulator import engine
+    reference_scenario, reference_dir, reference = fault_free
+    monkeypatch.setattr(engine, actor, ray.remote(actor_class))
+    healed_dir, healed = run_scenario(scenario or reference_scenario, str(tmp_path / "healed"), progress=False)
+    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
+    assert healed["pixels"] == reference["pixels"]
+    if same_logs:
+        assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
+    return healed_dir, healed
+
+
 def dying_server(marker, die_in_round, spoil_checkpoints=None):
     """A parameter server that kills its own process in the server step of ``die_in_round``, once
     (``marker`` remembers it), after making the run's checkpoints unreadable if asked to."""
@@ -482,17 +520,11 @@ def dying_server(marker, die_in_round, spoil_checkpoints=None):
 @pytest.mark.parametrize("die_in_round", [1, 3])  # before the first checkpoint (from the start), after it
 def test_a_dead_parameter_server_is_restarted_and_the_run_ends_fault_free(fault_free, tmp_path, monkeypatch,
                                                                          die_in_round):
-    import ray
-
-    from simulator import engine
     scenario, reference_dir, reference = fault_free
-    monkeypatch.setattr(engine, "ServerActor", ray.remote(dying_server(str(tmp_path / "died"), die_in_round)))
-    healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
+    healed_dir, healed = healed_run(fault_free, tmp_path, monkeypatch, "ServerActor",
+                                    dying_server(str(tmp_path / "died"), die_in_round))
     assert (tmp_path / "died").exists()
     assert reference["server_restarts"] == 0 and healed["server_restarts"] == 1
-    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
-    assert healed["pixels"] == reference["pixels"]
-    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
     clean = torch.load(reference_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
     after = torch.load(healed_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
     for name, value in clean["weights"].items():
@@ -505,9 +537,6 @@ def test_a_server_dead_outside_its_server_step_is_restarted_with_the_driver_simu
     """The server dies while building round 3's broadcast (read by the driver's own share) or while
     handing out round 2's networks to evaluate (read by the driver's evaluator thread): the run
     still heals to the fault-free result."""
-    import ray
-
-    from simulator import engine
     from simulator.engine import ParameterServer
     marker = str(tmp_path / "died")
 
@@ -530,14 +559,96 @@ def test_a_server_dead_outside_its_server_step_is_restarted_with_the_driver_simu
                 self.die_once()
             return super().eval_networks()
 
-    scenario, reference_dir, reference = fault_free
+    scenario = fault_free[0]
     in_driver = {**scenario, "ray": {**scenario["ray"], "evaluator": "driver", "driver_simulates": True}}
-    monkeypatch.setattr(engine, "ServerActor", ray.remote(DiesOutsideTheServerStep))
-    healed_dir, healed = run_scenario(in_driver, str(tmp_path / "healed"), progress=False)
+    _, healed = healed_run(fault_free, tmp_path, monkeypatch, "ServerActor", DiesOutsideTheServerStep, in_driver)
     assert os.path.exists(marker) and healed["server_restarts"] == 1
-    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
-    assert healed["pixels"] == reference["pixels"]
-    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
+
+
+def test_a_server_that_dies_again_while_the_heal_restores_it_is_replaced_again(fault_free, tmp_path, monkeypatch):
+    """The server dies in round 3's server step; its replacement dies as the heal hands it round 2's
+    checkpoint: a third server is restored and the run ends as the fault-free one (the second death
+    escaped the run loop's handler as a traceback)."""
+    from simulator.engine import ParameterServer
+    died, died_again = str(tmp_path / "died"), str(tmp_path / "died again")
+
+    class DiesTwice(ParameterServer):  # local, so that Ray ships it by value
+        def aggregate(self, ctx, bytes_down, *results):
+            if ctx.round == 3 and not os.path.exists(died):
+                open(died, "w").close()
+                os._exit(1)
+            return super().aggregate(ctx, bytes_down, *results)
+
+        def restore(self, state):
+            if os.path.exists(died) and not os.path.exists(died_again):
+                open(died_again, "w").close()
+                os._exit(1)
+            return super().restore(state)
+
+    _, healed = healed_run(fault_free, tmp_path, monkeypatch, "ServerActor", DiesTwice)
+    assert os.path.exists(died_again) and healed["server_restarts"] == 2
+
+
+def test_a_server_actor_dead_as_it_is_handed_a_state_is_a_lost_server(fault_free, tmp_path, monkeypatch):
+    """``ServerInActor.restore`` (the switch of ``ray.while_starting: driver`` to Ray, a heal): an actor
+    that dies there is a ``ServerLost``, which the callers replace (it was a raw ActorDiedError)."""
+    import ray
+
+    from simulator import engine
+    from simulator.engine import ParameterServer
+
+    class DiesWhenHandedTheState(ParameterServer):  # local, so that Ray ships it by value
+        def restore(self, state):
+            os._exit(1)
+
+    scenario, _, _ = fault_free
+    monkeypatch.setattr(engine, "ServerActor", ray.remote(DiesWhenHandedTheState))
+    server = engine.ServerInActor(scenario, "DEFAULT")
+    with pytest.raises(ServerLost, match="^the parameter server died$"):
+        server.restore({})
+
+
+@pytest.mark.parametrize("deaths", [1, 3])
+def test_the_switch_to_ray_replaces_a_server_that_dies_as_it_is_handed_the_drivers_state(deaths):
+    """Once: a new server gets the in-process server's state (no round played again); every time:
+    a ``ServerFailure`` after the third replacement, as a run's heal gives up."""
+    from concurrent.futures import Future
+
+    from simulator.engine import RoundsWhileRayStarts
+    from simulator.federation import ServerFailure
+    calls = []
+
+    class Federation:
+        server_restarts = 0
+
+        def setup(self, *args):
+            calls.append("setup")
+
+        def restore(self, state):
+            calls.append(("restore", state))
+            if deaths == 3 or self.server_restarts < deaths:
+                raise ServerLost("the parameter server died")
+
+        def replace_server(self):
+            calls.append("replace")
+            self.server_restarts += 1
+
+    class InProcess:
+        def state(self):
+            return {"weights": 1}
+
+    rounds = RoundsWhileRayStarts.__new__(RoundsWhileRayStarts)  # without its thread starting Ray
+    rounds.started, federation, in_process = Future(), Federation(), InProcess()
+    rounds.started.set_result(federation)
+    rounds.current, rounds.setup_args = in_process, ("spec", "partition", None)
+    handed = ("restore", {"weights": 1})
+    if deaths == 1:
+        rounds.switch()
+        assert rounds.current is federation and calls == ["setup", handed, "replace", handed]
+    else:
+        with pytest.raises(ServerFailure, match="as the rounds moved to Ray; it kept dying \\(3 restarts\\)"):
+            rounds.switch()
+        assert rounds.current is in_process and calls == ["setup", *[handed, "replace"] * 3, handed]
 
 
 def run_with_server_and_worker_dying_together(scenario, out, marks, monkeypatch):
@@ -654,8 +765,6 @@ def test_evaluations_queued_on_a_dead_evaluator_are_resubmitted_to_one_replaceme
                                                                                   monkeypatch):
     """The evaluator dies in its second evaluation while the third waits behind it: both go to one
     replacement (one restart, not one per queued evaluation), and the evaluations are fault-free."""
-    import ray
-
     from simulator import engine
     marker = str(tmp_path / "died")
 
@@ -670,19 +779,15 @@ def test_evaluations_queued_on_a_dead_evaluator_are_resubmitted_to_one_replaceme
                 os._exit(1)
             return super().evaluate(networks)
 
-    scenario, _, reference = fault_free
+    scenario = fault_free[0]
     every_round = {**scenario, "eval": {**scenario["eval"], "every": 1}}
-    monkeypatch.setattr(engine, "EvaluatorActor", ray.remote(DiesSlowly))
-    _, healed = run_scenario(every_round, str(tmp_path / "healed"), progress=False)
+    _, healed = healed_run(fault_free, tmp_path, monkeypatch, "EvaluatorActor", DiesSlowly, every_round,
+                           same_logs=False)
     assert os.path.exists(marker) and healed["evaluator_restarts"] == 1
-    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
-    assert healed["pixels"] == reference["pixels"]
 
 
 def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_ones(fault_free, tmp_path,
                                                                                  monkeypatch):
-    import ray
-
     from simulator import engine
     marker = str(tmp_path / "died")
 
@@ -696,10 +801,5 @@ def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_one
                 os._exit(1)
             return super().evaluate(networks)
 
-    scenario, reference_dir, reference = fault_free
-    monkeypatch.setattr(engine, "EvaluatorActor", ray.remote(DyingEvaluator))
-    healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
+    _, healed = healed_run(fault_free, tmp_path, monkeypatch, "EvaluatorActor", DyingEvaluator)
     assert os.path.exists(marker) and healed["evaluator_restarts"] == 1
-    assert healed["final"] == reference["final"] and healed["initial"] == reference["initial"]
-    assert healed["pixels"] == reference["pixels"]
-    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)

@@ -1,5 +1,7 @@
 """The round without Ray: shares and the worker-count invariance of the reduction (cohort sampling:
 ``test_population.py``)."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -122,3 +124,127 @@ def test_an_upload_past_the_exact_sums_range_names_round_client_and_method(case)
         assert message.endswith("upload 'x' is not finite; its local training diverged (try a smaller training.lr)")
     else:
         assert "too large to sum exactly" in message and "diverged" not in message
+
+
+def test_the_default_pool_is_ray_num_workers_workers_of_ray_worker_and_pools_go_by_name():
+    from simulator.federation import worker_pools
+    worker = {"num_cpus": 2, "num_gpus": 0.5}
+    assert worker_pools({"ray": {"worker_pools": [], "num_workers": 3, "worker": worker}}) == {
+        "default": {"name": "default", "count": 3, "num_cpus": 2, "num_gpus": 0.5}}
+    pools = [{"name": "small", "count": 2, "num_cpus": 1, "num_gpus": 0.0},
+             {"name": "big", "count": 1, "num_cpus": 4, "num_gpus": 1.0}]
+    named = worker_pools({"ray": {"worker_pools": pools, "num_workers": 3, "worker": worker}})
+    assert list(named) == ["small", "big"] and named["big"] is pools[1] and named["small"] is pools[0]
+
+
+class TwoPasses:
+    """A stand-in method of two passes: a 5-float broadcast (20 bytes) and, for an odd client ``cid``,
+    its own ``rad`` of ``cid`` floats and ``kernels`` of 2 floats; the server step keeps the records."""
+    name = "two_passes"
+
+    def phases(self, round_index):
+        return ("share", "train")
+
+    def init_state(self):
+        return {"records": None}
+
+    def broadcast(self, state, ctx):
+        return {"weights": torch.zeros(5)}
+
+    def client_extra(self, state, cid, ctx):
+        return {"rad": torch.zeros(cid), "kernels": torch.zeros(2)} if cid % 2 else None
+
+    def server_update(self, state, total, records, ctx):
+        return {"records": list(records.items()), "weight": total.weight}, {"server/step": 1.0}
+
+
+def test_bytes_down_count_the_broadcast_once_a_round_to_every_online_client_and_each_ones_extras():
+    """Cohort (1, 2, 4) in two shares, unreported (3, 6): the broadcast reaches 5 clients in the first
+    pass (5 x 20 bytes) and nobody in the second; the extras go to 1 (4 + 8 bytes) and to the
+    unreported 3 (12 + 8), in each pass, and only the cohort's are handed to the shares."""
+    from collections import Counter
+    server = Server(TwoPasses())
+    share = RoundContext(2, 5, (1, 2, 4), 0, freeze({}), phase="share", unreported=(3, 6))
+    broadcast, extras, bytes_down = server.payload(share, [[1, 2], [4]])
+    assert list(broadcast) == ["weights"]
+    assert [sorted(e) for e in extras] == [[1], []] and sorted(extras[0][1]) == ["kernels", "rad"]
+    assert bytes_down == Counter({"weights": 100, "rad": 16, "kernels": 16})
+    _, _, bytes_down = server.payload(RoundContext(2, 5, (1, 2, 4), 0, freeze({}), phase="train", unreported=(3, 6)),
+                                      [[1, 2], [4]])
+    assert bytes_down == Counter({"rad": 16, "kernels": 16})
+
+
+def test_a_pass_nobody_reports_in_still_counts_what_the_online_clients_received():
+    """Cohort empty, unreported (3, 5, 6): the broadcast to 3 clients (3 x 20 bytes), 3's and 5's
+    extras (12 + 20 bytes of rad, 2 x 8 of kernels); in the second pass the extras only."""
+    from collections import Counter
+    from simulator.federation import bytes_down_metrics
+    server = Server(TwoPasses())
+    first = RoundContext(2, 5, (), 0, freeze({}), phase="share", unreported=(3, 5, 6))
+    assert server.bytes_down_without_reports(first) == Counter({"weights": 60, "rad": 32, "kernels": 16})
+    assert server.bytes_down_without_reports(replace(first, phase="train")) == Counter({"rad": 32, "kernels": 16})
+    assert bytes_down_metrics(Counter({"weights": 0, "rad": 32})) == {"bytes_down/weights": 0.0,
+                                                                      "bytes_down/rad": 32.0}
+
+
+def test_a_round_runs_each_pass_in_order_with_its_phase_and_merges_their_metrics():
+    from simulator.federation import run_passes
+    seen = []
+
+    def run_phase(ctx):
+        seen.append((ctx.round, ctx.phase, ctx.cohort))
+        if ctx.phase == "share":
+            return {"bytes_up/correlation": 8.0, "bytes_down/weights": 100.0, "clients/completed": 3.0}
+        return {"bytes_up/weights": 60.0, "bytes_down/rad": 16.0, "clients/completed": 2.0, "train/loss": 0.25}
+
+    ctx = RoundContext(4, 5, (1, 2, 4), 0, freeze({}))
+    metrics = run_passes(TwoPasses(), run_phase, ctx)
+    assert seen == [(4, "share", (1, 2, 4)), (4, "train", (1, 2, 4))]
+    assert metrics == {"bytes_up/correlation": 8.0, "bytes_down/weights": 100.0, "bytes_up/weights": 60.0,
+                       "bytes_down/rad": 16.0, "clients/completed": 2.0, "train/loss": 0.25}
+
+
+class Stateful:
+    """A stand-in client step: client ``cid`` uploads ``w`` (3 floats), client 4 a 2-float record, and
+    keeps as its state the state it was given and its number of samples."""
+    name = "stateful"
+
+    def client_update(self, workspace, broadcast, extra, data, ctx, state):
+        from methods.base import ClientUpload
+        from simulator.stats import Stats
+        return ClientUpload(stats=Stats.from_tensors({"w/x": torch.ones(3)}, len(data.labels)),
+                            record={"corr": torch.zeros(2)} if data.client_id == 4 else None,
+                            metrics={"loss": float(data.client_id)},
+                            client_state={"before": state, "samples": len(data.labels)})
+
+
+def test_a_worker_passes_each_client_its_state_and_keeps_records_states_samples_and_bytes():
+    ctx = RoundContext(1, 2, (4, 9), 0, freeze({}))
+    load = lambda cid: (torch.zeros(cid // 2, 1, 4, 4, dtype=torch.uint8),  # noqa: E731
+                        torch.zeros(cid // 2, dtype=torch.int64))  # 2 samples for client 4, 4 for client 9
+    result = simulate_clients(Stateful(), None, load, {}, {}, [4, 9], ctx, {4: "state of 4", 7: "state of 7"})
+    assert result.client_states == {4: {"before": "state of 4", "samples": 2}, 9: {"before": None, "samples": 4}}
+    assert list(result.records) == [4] and torch.equal(result.records[4]["corr"], torch.zeros(2))
+    assert result.metrics == {4: {"loss": 4.0}, 9: {"loss": 9.0}}
+    assert result.samples == 6 and result.stats.weight == 6
+    assert dict(result.bytes_up) == {"w": 24, "corr": 8}
+
+
+def test_the_server_step_adds_up_the_workers_and_takes_the_records_in_client_order():
+    """Two workers' results: records reach the server step sorted by client, bytes and memory add up,
+    every client with metrics counts as completed (with a record or not: 7 has none), ``train/loss`` is
+    the mean of the clients that have one (2 has none), samples count each of 3 local epochs."""
+    from collections import Counter
+    from simulator.federation import WorkerResult
+    from simulator.stats import Stats
+    one = lambda n: Stats.from_tensors({"w/x": torch.ones(1)}, n)  # noqa: E731
+    results = [WorkerResult(stats=one(5), records={9: {"r": 9}, 2: {"r": 2}}, metrics={9: {"loss": 1.0}, 2: {}},
+                            bytes_up=Counter({"w": 8, "corr": 4}), samples=5, rss_mb=100.0),
+               WorkerResult(stats=one(3), records={5: {"r": 5}}, metrics={5: {"loss": 3.0}, 7: {"loss": 8.0}},
+                            bytes_up=Counter({"w": 4}), samples=3, rss_mb=50.0)]
+    server = Server(TwoPasses())
+    metrics = server.aggregate(RoundContext(1, 2, (2, 5, 7, 9), 0, freeze({"training": {"local_epochs": 3}})),
+                               results)
+    assert server.state == {"records": [(2, {"r": 2}), (5, {"r": 5}), (9, {"r": 9})], "weight": 8}
+    assert metrics == {"server/step": 1.0, "train/loss": 4.0, "bytes_up/w": 12.0, "bytes_up/corr": 4.0,
+                       "clients/completed": 4.0, "memory/workers_rss_mb": 150.0, "train/samples": 24.0}

@@ -1,8 +1,10 @@
 """Cohort plans: availability, dropout, deadlines, over-selection; deterministic in (seed, round)."""
+import os
+
 import numpy as np
 import pytest
 
-from simulator.population import Population
+from simulator.population import CohortSchedule, Population
 from simulator.scenario import DEFAULTS, ScenarioError, resolve
 
 
@@ -112,6 +114,17 @@ def test_availability_trace_decides_who_is_online(tmp_path):
     assert all(c % 2 == 0 for c in even.sampled)  # wraps around to trace round 0
 
 
+def test_a_trace_edited_between_two_runs_of_one_process_is_read_again(tmp_path):
+    """A sweep or a claim runs many runs in one process: the second must see the trace as it is then."""
+    from simulator.population import read_trace
+    trace = tmp_path / "trace.csv"
+    trace.write_text("round,client\n0,1\n")
+    assert read_trace(str(trace)) == (frozenset({1}),)
+    trace.write_text("round,client\n0,2\n1,3\n")
+    os.utime(trace, ns=(10**18, 10**18))  # a later version, whatever the file system's clock resolution
+    assert read_trace(str(trace)) == (frozenset({2}), frozenset({3}))
+
+
 def test_a_bad_availability_trace_is_one_line_when_the_scenario_loads(tmp_path):
     def trace(text):
         path = tmp_path / f"trace{len(list(tmp_path.iterdir()))}.csv"
@@ -119,7 +132,8 @@ def test_a_bad_availability_trace_is_one_line_when_the_scenario_loads(tmp_path):
         return str(path)
     key = "population.availability_trace"
     cases = [(str(tmp_path / "missing.csv"), f"{key}: cannot read {tmp_path / 'missing.csv'}: No such file"),
-             (trace("round,client\n0,3\n1,8\n"), f"{key}: expected client ids in [0, 8) (population.num_clients), got 8"),
+             (trace("round,client\n0,3\n1,8\n"),
+              f"{key}: expected client ids in [0, 8) (population.num_clients), got 8"),
              (trace("round,id\n0,3\n"), f"{key}: expected a CSV with columns round,client"),
              (trace("round,client\n0,x\n"), f"{key}: expected a CSV with columns round,client"),
              (trace("round,client\n-1,2\n"), "round -1 is negative")]
@@ -200,3 +214,38 @@ def test_dropped_late_and_reporting_clients_split_the_cohort():
         parts = [set(plan.dropped), set(plan.late), set(plan.completed)]
         assert all(parts) and sum(map(len, parts)) == len(set().union(*parts))
         assert set().union(*parts) == set(plan.sampled)
+
+
+def test_the_round_closes_at_the_last_kept_report():
+    """Two clients of 100 samples, one at 1 sample/s (about 100 s: 100 s x a jitter exp(0.25 z),
+    within [36.7 s, 272 s] for |z| < 4) and one at 10**6 samples/s (about 10**-4 s, alike). Both kept: the
+    round closes when the slow one reports. One kept of the two (over-selection): the fast one
+    reports first and the round closes then, without waiting for the slow one. Either way, a
+    deadline above every report's time changes nothing (the round is full)."""
+    tiers = [{"fraction": 0.5, "samples_per_second": 1.0}, {"fraction": 0.5, "samples_per_second": 1e6}]
+    for deadline in (None, 10_000.0):
+        both = population(num_clients=2, clients_per_round=2, speed_tiers=tiers, deadline_seconds=deadline)
+        first = population(num_clients=2, clients_per_round=1, over_selection=1.0, speed_tiers=tiers,
+                           deadline_seconds=deadline)
+        fast = int(np.flatnonzero(first.speed == 1e6)[0])
+        for r in range(1, 11):
+            assert both.plan(r).completed == (0, 1) and 36.7 < both.plan(r).simulated_seconds < 272
+            assert first.plan(r).sampled == (0, 1) and first.plan(r).completed == (fast,)
+            assert 3.67e-5 < first.plan(r).simulated_seconds < 2.72e-4
+
+
+def test_the_cohort_schedule_plans_the_engine_s_rounds_with_the_scenario_s_local_epochs():
+    """The methods' schedule (CohortSchedule.of) and the engine (a Population with
+    training.local_epochs) must agree on who completes: the slow tier's clients (100 samples at
+    300/s: about 1/3 s an epoch) mostly meet a 0.6 s deadline with 1 epoch and mostly miss it with
+    3, so a schedule planning 1 epoch would hand the methods other cohorts."""
+    tiers = [{"fraction": 0.5, "samples_per_second": 300.0}, {"fraction": 0.5, "samples_per_second": 10_000.0}]
+    scenario = resolve({"seed": 5, "training": {"local_epochs": 3},
+                        "population": {"num_clients": 40, "clients_per_round": 8, "speed_tiers": tiers,
+                                       "deadline_seconds": 0.6}})
+    sizes, rounds = (100,) * 40, range(1, 11)
+    engine = Population(scenario["population"], scenario["training"]["local_epochs"], sizes, 5)
+    planned = [engine.plan(r).completed for r in rounds]
+    one_epoch = Population(scenario["population"], 1, sizes, 5)
+    assert planned != [one_epoch.plan(r).completed for r in rounds]  # the epochs matter here
+    assert CohortSchedule.of(scenario, sizes).completed(rounds) == planned

@@ -56,3 +56,20 @@ def test_one_of_names_its_choices():
     field = one_of(("small_cnn", "resnet18"))
     assert field.accepts("resnet18") and not field.accepts("vit") and not field.accepts(["resnet18"])
     assert field.expected == "one of small_cnn, resnet18"
+
+
+@pytest.mark.parametrize("items, where, message", [
+    ([pool(name=3, count=0)], "[0].name", "expected a string, got 3"),  # the fields' order, not alphabetical
+    ([pool(), pool(count=0)], "[1].count", "expected a positive integer, got 0"),  # a malformed field, then repeats
+])
+def test_field_problems_come_in_declaration_order_before_a_repeated_value(items, where, message):
+    with pytest.raises(RecordError) as err:
+        check_records(items, POOL, distinct="name")
+    assert (err.value.where, err.value.message) == (where, message)
+
+
+def test_the_error_text_is_where_then_the_message_or_the_message_alone():
+    assert str(RecordError("[2].count", "expected a positive integer, got 0")) == \
+        "[2].count: expected a positive integer, got 0"
+    message = "expected a non-empty list of {name}, got []"
+    assert str(RecordError("", message)) == message

@@ -25,6 +25,27 @@ def test_runs_started_in_the_same_second_get_run_directories_of_their_own(tmp_pa
     assert first.name == "same-20260102-030405" and second.name == "same-20260102-030405-1"
 
 
+def test_a_third_run_in_the_same_second_takes_the_next_free_suffix(tmp_path, monkeypatch):
+    """``-1`` taken too: the third run is ``-2`` (each name tried once; mkdir calls are counted so that
+    a name tried again and again fails here instead of spinning)."""
+    frozen = type("Frozen", (), {"now": staticmethod(lambda: datetime(2026, 1, 2, 3, 4, 5))})
+    monkeypatch.setattr(runlog, "datetime", frozen)
+    scenario = {"name": "same", "output": {"dir": str(tmp_path / "runs")}}
+    (tmp_path / "runs" / "same-20260102-030405-1").mkdir(parents=True)
+    (tmp_path / "runs" / "same-20260102-030405").mkdir()
+    calls = []
+    mkdir = Path.mkdir
+
+    def counted(self, *args, **kwargs):
+        calls.append(self.name)
+        if len(calls) > 10:
+            raise RuntimeError(f"mkdir tried {calls}")
+        return mkdir(self, *args, **kwargs)
+    monkeypatch.setattr(Path, "mkdir", counted)
+    assert runlog.new_run_dir(None, scenario).name == "same-20260102-030405-2"
+    assert calls == ["runs", "same-20260102-030405", "same-20260102-030405-1", "same-20260102-030405-2"]
+
+
 def test_atomic_write_replaces_the_file_whole_or_not_at_all_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "summary.json"
     path.write_text("old")
@@ -170,6 +191,16 @@ def test_the_metrics_read_back_and_a_damaged_table_is_an_error_naming_the_file(t
         assert str(err.value) == f"{path}: {message}"
 
 
+def test_a_metrics_table_whose_rounds_are_not_integers_is_refused(tmp_path):
+    import pyarrow as pa
+    path = tmp_path / "metrics.parquet"
+    pq.write_table(pa.table({"round": [0.0, 1.5], "name": ["x", "x"], "value": [0.5, 1.0]}), path)
+    with pytest.raises(ScenarioError) as err:
+        runlog.read_metrics(path)
+    assert str(err.value) == (f"{path}: round: expected the metrics table fedssl run writes (columns round, name, "
+                              f"value); found the columns round (double), name (string), value (double)")
+
+
 def test_only_the_newest_checkpoints_are_kept_and_the_latest_is_found(tmp_path):
     assert runlog.latest_checkpoint(tmp_path) is None
     for round_index in (1, 2, 3, 3):  # round 3 written twice: the second replaces the first
@@ -180,6 +211,30 @@ def test_only_the_newest_checkpoints_are_kept_and_the_latest_is_found(tmp_path):
     assert runlog.read_checkpoint(latest) == {"round": 3, "state": "of round 3"}
     (tmp_path / "checkpoints" / "round_00004").mkdir()  # no state.pt: not a checkpoint
     assert runlog.latest_checkpoint(tmp_path) == latest
+
+
+def test_the_newest_two_checkpoints_are_kept_by_default_and_each_names_its_round(tmp_path):
+    for round_index in (5, 10, 15):
+        runlog.write_checkpoint(tmp_path, round_index, {"state": round_index})
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["round_00010", "round_00015"]
+    assert runlog.checkpoint_round(runlog.latest_checkpoint(tmp_path)) == 15
+    assert runlog.checkpoint_round(tmp_path / "checkpoints" / "round_00010") == 10
+
+
+def test_only_client_state_files_go_into_a_checkpoint_and_back_into_the_store(tmp_path):
+    """A store directory holds its clients' files and a ``staged`` directory; another ``.pt`` file there
+    (or in a checkpoint's snapshot) is no client's state and is neither snapshot nor restored."""
+    store = tmp_path / "store"
+    (store / "staged").mkdir(parents=True)
+    torch.save({"client": 1}, store / "client_000001.pt")
+    torch.save({"client": 2}, store / "staged" / "client_000002.pt")  # staged, not committed
+    torch.save({"other": True}, store / "other.pt")
+    runlog.write_checkpoint(tmp_path, 3, {"state": None}, client_state_dir=store)
+    checkpoint = runlog.latest_checkpoint(tmp_path)
+    assert os.listdir(checkpoint / "client_state") == ["client_000001.pt"]
+    torch.save({"stray": True}, checkpoint / "client_state" / "stray.pt")
+    runlog.restore_client_states(checkpoint, store)
+    assert os.listdir(store) == ["client_000001.pt"]
 
 
 def test_a_checkpoints_client_states_outlive_the_stores_replacements_and_are_restored(tmp_path):
@@ -198,6 +253,29 @@ def test_a_checkpoints_client_states_outlive_the_stores_replacements_and_are_res
     runlog.restore_client_states(checkpoint, store)
     assert sorted(os.listdir(store)) == ["client_000001.pt", "client_000005.pt"]
     assert torch.load(store / "client_000005.pt") == {"client": 5}
+
+
+def test_a_checkpoints_client_states_are_checked_whole_without_unpickling(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    for cid in (1, 2):
+        torch.save({"weights": torch.arange(5000.0) * cid}, store / f"client_{cid:06d}.pt")
+    runlog.write_checkpoint(tmp_path, 1, {"state": 0}, client_state_dir=store)
+    checkpoint = runlog.latest_checkpoint(tmp_path)
+    runlog.check_client_states(checkpoint)  # whole: nothing raised
+    client = checkpoint / "client_state" / "client_000002.pt"
+    whole = client.read_bytes()
+    middle = whole.index(torch.arange(5000.0).mul(2).numpy().tobytes()[4000:4008])  # inside the tensor's bytes
+    flipped = whole[:middle] + bytes([whole[middle] ^ 1]) + whole[middle + 1:]
+    client.unlink()  # a hard link to the store's file: replace it, not write through it
+    for damaged, reason in ((whole[:len(whole) // 2], "File is not a zip file"), (b"", "File is not a zip file"),
+                            (flipped, "its member client_000002/data/0 fails its CRC")):
+        client.write_bytes(damaged)
+        with pytest.raises(ScenarioError) as err:
+            runlog.check_client_states(checkpoint)
+        assert str(err.value) == (f"{client}: -: cannot be read ({reason}); expected a client state written by "
+                                  f"fedssl run"), str(err.value)
+        client.unlink()
 
 
 def test_a_damaged_checkpoint_or_client_state_is_an_error_naming_the_file(tmp_path):

@@ -188,3 +188,121 @@ def test_of_several_bad_values_the_same_one_is_named_whatever_the_hash_seed(tmp_
              for seed in range(6)}
     (only,) = named  # one key named on every hash seed, and it is named: the file is refused
     assert only.startswith(f"{path}: ") and ": expected a positive" in only, only
+
+
+
+def test_a_scenario_without_settings_is_the_plain_federation_on_ray(tmp_path):
+    """The defaults of the keys that change what a run is: every client online, none dropping out, one
+    speed tier and no deadline; whole evaluation splits; Ray with two workers, server and evaluator in
+    the driver, deterministic CUDA kernels; an evaluation and a checkpoint every 10 rounds."""
+    scenario = load_scenario(write(tmp_path, {}))
+    population = scenario["population"]
+    assert (population["availability"], population["availability_spread"], population["dropout"]) == (1.0, 0.0, 0.0)
+    assert population["speed_tiers"] == [{"fraction": 1.0, "samples_per_second": 100.0}]
+    assert population["deadline_seconds"] is None and population["availability_trace"] is None
+    assert population["over_selection"] == 0.0
+    assert scenario["eval"]["train_subset"] is None and scenario["eval"]["test_subset"] is None
+    assert scenario["dataset"]["train_subset"] is None
+    assert scenario["executor"] == "ray"
+    assert {key: scenario["ray"][key] for key in ("num_workers", "worker_pools", "server", "evaluator",
+                                                   "cuda_deterministic", "share_timeout_seconds")} == {
+        "num_workers": 2, "worker_pools": [], "server": "driver", "evaluator": "driver", "cuda_deterministic": True,
+        "share_timeout_seconds": None}
+    assert scenario["eval"]["every"] == 10 and scenario["output"]["checkpoint_every"] == 10
+
+
+@pytest.mark.parametrize("fraction, suffix", [(0.01, "1pct"), (0.1, "10pct"), (0.005, "0p5pct"), (1.0, "100pct"),
+                                              (0.25, "25pct"), (1e-7, "0p00001pct")])
+def test_a_label_fractions_metric_suffix_is_its_percentage_without_trailing_zeros(fraction, suffix):
+    from simulator.scenario import fraction_suffix
+    assert fraction_suffix(fraction) == suffix
+
+
+def test_nullable_keys_take_their_own_type_and_only_they_read_a_whole_float_as_an_integer(tmp_path):
+    """A subset size (an integer) may be written 1000.0; a deadline (a number) may be 1.5 or 30 (30.0);
+    ``training.rounds`` (an integer with a default) is never read from a float."""
+    path = write(tmp_path, {})
+    scenario = load_scenario(path, ["eval.train_subset=1000", "eval.test_subset=500.0",
+                                    "population.deadline_seconds=1.5", "ray.share_timeout_seconds=30"])
+    assert type(scenario["eval"]["train_subset"]) is int and scenario["eval"]["train_subset"] == 1000
+    assert type(scenario["eval"]["test_subset"]) is int and scenario["eval"]["test_subset"] == 500
+    assert scenario["population"]["deadline_seconds"] == 1.5
+    assert type(scenario["ray"]["share_timeout_seconds"]) is float and scenario["ray"]["share_timeout_seconds"] == 30
+    assert load_scenario(path, ["population.deadline_seconds=30"])["population"]["deadline_seconds"] == 30.0
+    for item, message in (("eval.train_subset=1000.5", "eval.train_subset: expected an integer, got 1000.5"),
+                          ("training.rounds=7.0", "training.rounds: expected an integer, got 7.0")):
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(path, [item])
+        assert str(err.value) == f"{path}: {message}"
+
+
+@pytest.mark.parametrize("raw", [
+    {"training": {"batch_size": 2}},  # the smallest batch with batch statistics
+    {"population": {"num_clients": 5, "clients_per_round": 5}},  # everyone, every round
+    {"population": {"availability": 0.5, "availability_spread": 0.4}},
+    {"population": {"speed_tiers": [{"fraction": 0.25, "samples_per_second": 10},
+                                    {"fraction": 0.75, "samples_per_second": 50}]}},
+    {"eval": {"label_fractions": [1.0]}},  # every label
+    {"eval": {"label_fractions": []}},
+    {"augment": {"crop_scale": [0.5, 0.5]}},  # one fixed scale
+    {"training": {"weight_decay": 0}},
+], ids=["batch-of-two", "whole-population", "spread-below-availability", "two-tiers", "all-labels", "no-fractions",
+        "one-crop-scale", "no-weight-decay"])
+def test_values_on_the_accepted_side_of_each_bound_are_accepted(tmp_path, raw):
+    load_scenario(write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("raw, key, message", [
+    ({"population": {"availability": 0.5, "availability_spread": 0.5}}, "population.availability_spread",
+     "expected less than population.availability (0.5), or the clients whose availability it takes to 0 are never "
+     "online; got 0.5"),
+    ({"population": {"speed_tiers": [{"fraction": 0.5, "samples_per_second": 10}]}}, "population.speed_tiers",
+     "expected fractions summing to 1, got 0.5"),
+    ({"eval": {"label_fractions": [0.1, 0.1]}}, "eval.label_fractions",
+     "expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got [0.1, 0.1]"),
+    ({"eval": {"label_fractions": [0.1, 0.1000000001]}}, "eval.label_fractions",  # one metric name for both
+     "expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got [0.1, 0.1000000001]"),
+    ({"augment": {"crop_scale": [0.2, 0.5, 0.9]}}, "augment.crop_scale",
+     "expected [min, max] with 0 < min <= max <= 1, got [0.2, 0.5, 0.9]"),
+    ({"augment": {"crop_scale": [0.5, "x"]}}, "augment.crop_scale", "expected a list of numbers, got [0.5, 'x']"),
+    ({"training": {"weight_decay": -0.1}}, "training.weight_decay", "expected a non-negative number, got -0.1"),
+    ({"eval": {"label_knn_k": 0}}, "eval.label_knn_k", "expected a positive number, got 0"),
+    ({"training": {"lr": float("nan")}}, "training.lr", "expected a finite number, got nan"),
+    ({"training": {"lr": float("inf")}}, "training.lr", "expected a finite number, got inf"),
+    ({"training": []}, "training", "expected a mapping, got list"),
+    ({"dataset": ""}, "dataset", "expected a mapping, got str"),
+    ({"method": {"name": "fedsc"}, "training": {"centralized": True}}, "training.centralized",
+     "expected false for method fedsc (one client holding the union stands in only for a method without "
+     "per-client state)"),
+], ids=["spread-equal-to-availability", "tiers-short-of-one", "repeated-fraction", "fractions-of-one-suffix",
+        "three-crop-bounds", "crop-not-a-number", "negative-weight-decay", "label-knn-k-zero", "nan-lr", "inf-lr",
+        "empty-list-section", "empty-string-section", "centralized-fedsc"])
+def test_values_on_the_refused_side_of_each_rule_are_one_exact_line(tmp_path, raw, key, message):
+    path = write(tmp_path, raw)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}: {key}: {message}"
+
+
+def test_an_availability_trace_naming_a_client_outside_the_population_is_refused(tmp_path):
+    inside, outside = tmp_path / "inside.csv", tmp_path / "outside.csv"  # two files
+    inside.write_text("round,client\n0,0\n0,4\n1,3\n")
+    outside.write_text("round,client\n0,0\n0,5\n1,3\n")
+    population = {"num_clients": 5, "clients_per_round": 2}
+    path = write(tmp_path, {"population": {**population, "availability_trace": str(inside)}})
+    assert load_scenario(path)["population"]["availability_trace"] == str(inside)  # ids 0..4 of 5: all inside
+    path = write(tmp_path, {"population": {**population, "availability_trace": str(outside)}})
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == (f"{path}: population.availability_trace: expected client ids in [0, 5) "
+                              f"(population.num_clients), got 5 in {outside}")
+
+
+def test_a_set_splits_at_its_first_equals_sign_and_needs_a_key_and_sections_to_walk(tmp_path):
+    path = write(tmp_path, {"name": "x"})
+    assert load_scenario(path, ["name=run=1"])["name"] == "run=1"
+    for item, message in (("=5", "--set: =5: expected dotted.key=value"),
+                          ("name.first=1", "--set: name.first: 'name' is not a section")):
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(path, [item])
+        assert str(err.value) == message

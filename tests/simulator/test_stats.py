@@ -88,3 +88,24 @@ def test_the_limits_are_those_documented_to_the_last_half_unit():
     assert edge.sums["x"].item() == 2**52
     with pytest.raises(OverflowError, match="too large to sum exactly"):
         sum_stats([edge] * 2048)
+
+
+def test_a_large_negative_upload_is_as_refused_as_a_large_positive_one():
+    """The limit is on |value| x weight: -1.5e6 (and -5e5 x weight 3) is refused like +1.5e6, and a
+    negative-only upload's bound is its magnitude (2**20 x 2**32, plus half a unit of rounding)."""
+    for tensor, weight in ((torch.tensor([-1.5e6, 1.0]), 1), (torch.tensor([-5e5]), 3)):
+        with pytest.raises(OverflowError, match="'x' is not finite or too large"):
+            Stats.from_tensors({"x": tensor}, weight=weight)
+    assert Stats.from_tensors({"x": torch.tensor([-2.0**20 + 1, -1.0])}, weight=1).bound == (2**20 - 1) * 2**32 + 0.5
+
+
+def test_a_sum_moved_to_another_device_keeps_its_overflow_bound():
+    """A worker moves its sum to the CPU before the server adds the workers' sums: the bound goes
+    along, so 3000 near-limit clients (see above) summed across workers still raise."""
+    near_limit = Stats.from_tensors({"x": torch.tensor([741455.0, -1.0])}, weight=1)
+    moved = near_limit.to("cpu")
+    assert moved.bound == near_limit.bound == 741455 * 2**32 + 0.5
+    workers = [sum_stats([near_limit] * 1500).to("cpu") for _ in range(2)]
+    assert workers[0].bound == 1500 * (741455 * 2**32 + 0.5)
+    with pytest.raises(OverflowError, match="too large to sum exactly"):
+        sum_stats(workers)

@@ -349,3 +349,42 @@ def test_fedssl_run_whose_stop_was_dropped_ends_with_one_line_and_the_signals_co
     assert code == 128 + signal.SIGTERM
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == "fedssl: stopped by SIGTERM after the command's last run ended (its results are written)", last
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+@pytest.mark.parametrize("first_stop", [True, False])
+def test_a_second_signal_while_the_run_shuts_down_keeps_the_runs_stop_line(synthetic_raw, tmp_path, monkeypatch,
+                                                                           first_stop):
+    """The first signal ended the run at a round's end (its line: the round reached, how to resume); a
+    second one lands while the federation shuts down (Ray still starting, actors stopping): the run's
+    stop propagates, not a bare "between two runs" stop. Where the run ended normally, the signal
+    stops the command."""
+    import simulator.inprocess
+    import simulator.run
+    from simulator.run import RunStopped, Stopped, run_scenario, stop_signals
+    from simulator.scenario import resolve
+    data_spec, shutdown = simulator.run.data_spec, simulator.inprocess.InProcessFederation.shutdown
+
+    def dropping_a_signal(*args):
+        drop_a_signal_in_a_finalizer(signal.SIGTERM)
+        return data_spec(*args)
+
+    def shutdown_under_a_signal(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):  # the handler runs at one of these bytecode boundaries
+            pass
+        shutdown(self)
+
+    if first_stop:
+        monkeypatch.setattr(simulator.run, "data_spec", dropping_a_signal)
+    monkeypatch.setattr(simulator.inprocess.InProcessFederation, "shutdown", shutdown_under_a_signal)
+    scenario = resolve({**synthetic_raw, "executor": "in_process", "training": {**synthetic_raw["training"],
+                                                                              "rounds": 3}})
+    with pytest.raises((Stopped, RunStopped)) as stopped:
+        with stop_signals():
+            run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    if first_stop:
+        assert isinstance(stopped.value, RunStopped)
+        assert (stopped.value.signal_name, stopped.value.last_round) == ("SIGTERM", 1)
+    else:
+        assert not isinstance(stopped.value, RunStopped) and stopped.value.signal_name == "SIGINT"

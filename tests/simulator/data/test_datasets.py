@@ -2,6 +2,7 @@
 files: test_formats.py)."""
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -84,13 +85,17 @@ def test_download_fetches_into_cache_then_loads(tmp_path, monkeypatch, write_fas
     assert len(fetched) == 1  # found in the cache the second time
 
 
-def test_failed_download_raises_dataset_unavailable(monkeypatch):
-    def offline(source, directory):
-        raise OSError("network unreachable")
+@pytest.mark.parametrize("error, name", [
+    (OSError("network unreachable"), "svhn"),
+    (RuntimeError("File not found or corrupted."), "cifar10"),  # torchvision's checksum does not match
+], ids=["offline", "failed-torchvision-check"])
+def test_a_failed_download_raises_dataset_unavailable(monkeypatch, error, name):
+    def failing(source, directory):
+        raise error
 
-    monkeypatch.setattr(datasets, "_download", offline)
-    with pytest.raises(DatasetUnavailable, match="download into .* failed: network unreachable"):
-        load_dataset("svhn", download=True)
+    monkeypatch.setattr(datasets, "_download", failing)
+    with pytest.raises(DatasetUnavailable, match=f"download into .* failed: {re.escape(str(error))}"):
+        load_dataset(name, download=True)
 
 
 def test_unknown_name_raises_value_error():
@@ -148,3 +153,28 @@ def test_train_subset_is_a_seeded_draw_of_the_train_split_only():
     other_seed = datasets.scenario_dataset(config, 6)
     assert not torch.equal(other_seed.train_y, small.train_y)
     assert datasets.scenario_dataset({**config, "train_subset": None}, 5).train_x.shape == full.train_x.shape
+
+
+def test_every_layout_of_the_root_is_searched_before_the_system_copy(tmp_path, write_fashion):
+    """The root's torchvision layout (FashionMNIST/raw) wins over a system copy in the plain layout."""
+    write_fashion(datasets.SYSTEM_ROOT / "fashion-mnist", ".gz", np.random.default_rng(7))
+    root = write_fashion(tmp_path / "root" / "FashionMNIST" / "raw", "", np.random.default_rng(8))
+    assert_fashion_equal(load_dataset("fashion_mnist", root=tmp_path / "root"), root)
+
+
+def test_a_plain_file_is_read_before_its_gzipped_copy(tmp_path, write_fashion):
+    write_fashion(tmp_path / "root", ".gz", np.random.default_rng(9))
+    plain = write_fashion(tmp_path / "root", "", np.random.default_rng(10))
+    assert_fashion_equal(load_dataset("fashion_mnist", root=tmp_path / "root"), plain)
+
+
+def test_a_train_subset_keeps_the_data_sets_name_classes_and_test_split(tmp_path):
+    images = np.random.default_rng(11).integers(0, 256, (5, 3, 32, 32), dtype=np.uint8)
+    (tmp_path / "cifar-100-python").mkdir()
+    for name, rows, labels in (("train", slice(0, 3), [97, 42, 3]), ("test", slice(3, 5), [7, 8])):
+        batch = {b"data": images[rows].reshape(-1, 3072), b"fine_labels": labels}
+        (tmp_path / "cifar-100-python" / name).write_bytes(pickle.dumps(batch))
+    config = {"name": "cifar100", "root": str(tmp_path), "download": False, "train_subset": 2}
+    small = datasets.scenario_dataset(config, 0)
+    assert (small.name, small.num_classes, len(small.train_y)) == ("cifar100", 100, 2)
+    assert set(small.train_y.tolist()) < {97, 42, 3} and small.test_y.tolist() == [7, 8]

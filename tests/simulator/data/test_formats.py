@@ -96,6 +96,32 @@ def test_read_idx_refuses_a_bad_magic_number_or_extra_values_naming_the_file(tmp
         formats.read_idx(path)
 
 
+@pytest.mark.parametrize("damage, reason", [
+    (lambda blob: blob[:len(blob) // 2], "EOFError: Compressed file ended before the end-of-stream marker was reached"),
+    (lambda blob: b"\x1f\x8b\x09" + blob[3:], "BadGzipFile: Unknown compression method"),
+    (lambda blob: blob[:12] + bytes(b ^ 0xFF for b in blob[12:40]) + blob[40:], "error: Error -3 while decompressing"),
+], ids=["cut-short", "bad-header", "damaged-stream"])
+def test_a_damaged_gzip_file_is_refused_naming_it(tmp_path, write_fashion, damage, reason):
+    """A damaged ``.gz`` was an OSError or EOFError escaping as a traceback (BadGzipFile is an OSError,
+    which the readers pass on as a file that cannot be opened)."""
+    import gzip
+    write_fashion(tmp_path, "", np.random.default_rng(0))
+    plain = tmp_path / "train-images-idx3-ubyte"
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    path.write_bytes(damage(gzip.compress(plain.read_bytes(), mtime=0)))
+    plain.unlink()
+    with pytest.raises(DatasetUnavailable) as err:
+        load_dataset("fashion_mnist", root=tmp_path)
+    assert str(err.value).startswith(f"fashion_mnist: {path}: cannot be decompressed ({reason}"), str(err.value)
+    assert str(err.value).endswith("; expected a gzip file; replace the file with the published one")
+    batch = tmp_path / "data_batch_1.gz"  # the CIFAR and SVHN readers too
+    batch.write_bytes(b"\x1f\x8b\x09garbage")
+    with pytest.raises(ValueError, match=re.escape(f"{batch}: cannot be decompressed (BadGzipFile")):
+        formats.cifar_arrays({"data_batch_1": batch, "test_batch": batch}, ("data_batch_1",), "test_batch", b"labels")
+    with pytest.raises(ValueError, match=re.escape(f"{batch}: cannot be decompressed (BadGzipFile")):
+        formats.svhn_arrays({"train_32x32.mat": batch, "test_32x32.mat": batch})
+
+
 def test_cifar_arrays_reads_gzipped_batches_in_the_order_of_train_names_with_the_given_label_key(tmp_path):
     rng = np.random.default_rng(3)
     images = rng.integers(0, 256, (5, 3, 32, 32), dtype=np.uint8)
@@ -128,7 +154,11 @@ def test_a_cifar_batch_with_more_labels_than_images_is_refused_naming_it(tmp_pat
      "expected a python-pickle CIFAR batch (a dict with b'data' and b'labels'), got dict with keys [b'data']"),
     (pickle.dumps({b"data": np.zeros((2, 3000), np.uint8), b"labels": [0, 1]}),
      "b'data' has shape (2, 3000); expected rows of 3072 bytes (3 x 32 x 32)"),
-], ids=["not-a-pickle", "not-a-dict", "no-labels", "rows-not-3072"])
+    (pickle.dumps({b"labels": [0]}),
+     "expected a python-pickle CIFAR batch (a dict with b'data' and b'labels'), got dict with keys [b'labels']"),
+    (pickle.dumps({b"data": np.zeros(3072, np.uint8), b"labels": [0]}),
+     "b'data' has shape (3072,); expected rows of 3072 bytes (3 x 32 x 32)"),
+], ids=["not-a-pickle", "not-a-dict", "no-labels", "rows-not-3072", "no-data", "data-not-rows"])
 def test_a_damaged_cifar_batch_is_refused_naming_it(tmp_path, content, message):
     path = tmp_path / "test_batch"
     path.write_bytes(content)
@@ -144,3 +174,22 @@ def test_a_damaged_svhn_file_is_refused_naming_it(tmp_path):
         formats.svhn_arrays({"train_32x32.mat": garbage, "test_32x32.mat": wrong})
     with pytest.raises(ValueError, match=re.escape(f"{wrong}: expected the SVHN variables X [32, 32, 3, N] and y")):
         formats.svhn_arrays({"train_32x32.mat": wrong, "test_32x32.mat": wrong})
+    flat = tmp_path / "flat_32x32.mat"
+    savemat(flat, {"X": np.zeros((2, 2), np.uint8), "y": np.array([[1], [2]])})
+    with pytest.raises(ValueError, match=re.escape(f"{flat}: expected the SVHN variables X [32, 32, 3, N] and y")):
+        formats.svhn_arrays({"train_32x32.mat": flat, "test_32x32.mat": flat})
+
+
+def test_read_idx_reads_an_empty_file_whose_header_is_all_it_holds(tmp_path):
+    path = tmp_path / "labels-idx1-ubyte"
+    path.write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x00")  # one dimension of size 0, no values
+    read = formats.read_idx(path)
+    assert read.dtype == np.uint8 and read.shape == (0,)
+
+
+def test_a_file_that_cannot_be_opened_is_an_os_error_not_a_damaged_file(tmp_path):
+    """A missing or unreadable file is ``OSError`` (the file is not wrong, it is not there)."""
+    with pytest.raises(FileNotFoundError):
+        formats.cifar_arrays({"test_batch": tmp_path / "absent"}, (), "test_batch", b"labels")
+    with pytest.raises(FileNotFoundError):
+        formats.svhn_arrays({"train_32x32.mat": tmp_path / "absent.mat", "test_32x32.mat": tmp_path / "absent.mat"})

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from simulator.data.partition import DIRICHLET_FILLS, PARTITION_KINDS, Partition, build_partition, make_partition
+from simulator.data.partition import (DIRICHLET_FILLS, PARTITION_KINDS, Partition, _random_order_counts, _rotations,
+                                      build_partition, make_partition)
 
 BALANCED = np.repeat(np.arange(10), 100)  # 10 classes x 100 samples, grouped by class
 SHUFFLED = np.random.default_rng(0).permutation(BALANCED)
@@ -227,3 +228,63 @@ def test_at_the_papers_label_skew_the_fills_leave_clients_less_skewed_than_drawn
     assert abs(in_order[:, :25].mean() - expected) < 0.02 and in_order[:, 75:].mean() < expected - 0.02
     random_order = np.stack([largest_class_share("random_order", seed, 0.1, True) for seed in range(3)])
     assert random_order[:, :25].mean() < expected - 0.08 and random_order[:, 75:].mean() < expected - 0.08
+
+
+class ScriptedRng:
+    """Stands in for ``numpy.random.Generator`` with given draws: ``permutation`` keeps the order,
+    ``random`` returns ``uniforms``, ``choice`` the last of its choices, ``dirichlet`` uniform weights."""
+
+    def __init__(self, uniforms=()):
+        self.uniforms = np.asarray(uniforms, dtype=float)
+
+    def permutation(self, values):
+        return np.asarray(values)
+
+    def random(self, size):
+        return self.uniforms if len(self.uniforms) == size else np.full(size, self.uniforms[0])
+
+    def choice(self, count, size, p):
+        return np.full(size, count - 1)
+
+    def dirichlet(self, concentration, size):
+        return np.full((size, len(concentration)), 1 / len(concentration))
+
+
+def test_random_order_falls_back_on_the_prior_of_the_classes_left_only():
+    """Client 0 wants only class 0, client 1 only class 2; places 0, 0, 1 with draws 0.5, 0.1, 0.5.
+    Client 0's first sample is class 0, which runs out; its second finds no weight left and falls
+    back on the prior over the open classes, [0, 0.25, 0.25]: 0.1 x 0.5 falls in class 1 (over every
+    class, [0.5, 0.25, 0.25], it would fall in the exhausted class 0). Client 1 then takes class 2."""
+    proportions = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    counts = _random_order_counts(proportions, np.array([2, 1]), np.array([0.5, 0.25, 0.25]), np.array([1, 1, 1]),
+                                  ScriptedRng([0.5, 0.1, 0.5]))
+    assert counts.tolist() == [[1, 1, 0], [0, 0, 1]]
+
+
+def test_an_angle_that_float32_rounds_up_to_360_wraps_to_0():
+    """Bin 9 of 10 and a uniform just below 1: (9 + 1 - 2**-40) x 36 is 360 - 3e-11 degrees, which is
+    360.0 in float32; angles stay in [0, 360)."""
+    (angles,) = _rotations((np.arange(3),), 10, 0.1, ScriptedRng([1 - 2.0**-40]))
+    assert angles.dtype == np.float32 and angles.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_as_many_clients_as_samples_gives_each_client_one_sample():
+    partition = make_partition("iid", np.array([0, 1, 0, 1, 0]), 5, seed=0)
+    assert partition.sizes().tolist() == [1] * 5
+    assert sorted(int(i[0]) for i in partition.indices) == [0, 1, 2, 3, 4]
+
+
+def test_one_rotation_bin_spreads_angles_uniformly_over_the_full_turn():
+    (angles,) = make_partition("rotation", SHUFFLED, 1, seed=0, rotation_bins=1).rotations
+    quarters = np.bincount((angles // 90).astype(int), minlength=4) / len(angles)
+    np.testing.assert_allclose(quarters, 0.25, atol=0.05)
+
+
+def test_a_scenario_partition_passes_every_partition_setting():
+    part = {"kind": "joint", "alpha": 0.3, "scale_by_prior": True, "fill": "random_order", "k": 2,
+            "rotation_bins": 4, "rotation_alpha": 5.0}
+    built = build_partition({"seed": 2, "population": {"num_clients": 8}, "partition": part}, SHUFFLED)
+    expected = make_partition("joint", SHUFFLED, 8, seed=2, alpha=0.3, scale_by_prior=True, fill="random_order",
+                              rotation_bins=4, rotation_alpha=5.0)
+    for got, want in zip((built.indices, built.rotations), (expected.indices, expected.rotations)):
+        assert len(got) == 8 and all(np.array_equal(a, b) for a, b in zip(got, want))

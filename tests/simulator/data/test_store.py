@@ -137,3 +137,45 @@ def test_train_subset_partitions_only_the_subset_in_its_own_cache_entry(syntheti
     assert small_dir != full_dir
     assert PartitionReader(small_dir).sizes.sum() == 240
     assert PartitionReader(full_dir).sizes.sum() > 240
+
+
+def test_the_partition_cache_entry_depends_on_each_input_of_the_partition(synthetic_raw, tmp_path):
+    """Seed, client count, dataset root and partition settings each name their own entry: a cached
+    partition is never reused for a run that would draw another one."""
+    from simulator.data.store import prepare_partition
+    from simulator.scenario import resolve
+    base = prepare_partition(resolve(synthetic_raw))
+    variants = [{**synthetic_raw, "seed": 4},
+                {**synthetic_raw, "population": {**synthetic_raw["population"], "num_clients": 6}},
+                {**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "root": str(tmp_path)}},
+                {**synthetic_raw, "partition": {**synthetic_raw["partition"], "alpha": 0.7}}]
+    directories = [prepare_partition(resolve(raw)) for raw in variants]
+    assert len({base, *directories}) == 5 and all(d.parent == base.parent for d in directories)
+    assert PartitionReader(directories[1]).num_clients == 6
+
+
+def test_rotate_is_torchvision_s_bilinear_rotation():
+    """Bilinear with zero fill at any angle (not only the exact quarter turns), rounded to uint8."""
+    import torchvision.transforms.functional as TF
+    from torchvision.transforms import InterpolationMode
+    images = torch.randint(0, 256, (4, 3, 9, 9), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    angles = torch.tensor([33.0, -71.5, 200.0, 10.0])
+    expected = torch.stack([TF.rotate(image, float(angle), interpolation=InterpolationMode.BILINEAR)
+                            for image, angle in zip(images, angles)])
+    assert torch.equal(rotate(images, angles), expected)
+
+
+@pytest.mark.parametrize("num_classes, fits", [(2**15, True), (2**15 + 1, False)])
+def test_labels_must_fit_the_int16_column(tmp_path, num_classes, fits):
+    """Labels 0..32767 fit int16: 32768 classes are written and read back, 32769 are refused."""
+    from simulator.data.image_dataset import ImageDataset
+    images = torch.zeros(2, 1, 2, 2, dtype=torch.uint8)
+    dataset = ImageDataset("big", images, torch.tensor([0, num_classes - 1]), images, torch.tensor([0, 1]),
+                           num_classes)
+    partition = Partition((np.array([0, 1]),))
+    if not fits:
+        with pytest.raises(ValueError, match=f"dataset.num_classes must fit the int16 label column, got {num_classes}"):
+            write_partition(dataset, partition, tmp_path / "part")
+        return
+    write_partition(dataset, partition, tmp_path / "part")
+    assert PartitionReader(tmp_path / "part").client(0)[1].tolist() == [0, 32767]
