@@ -24,13 +24,21 @@ from tests.conftest import sample_cohort, tiny_scenario
 from tests.simulator.test_inprocess import METHODS, final_state, flat_tensors, with_overrides
 
 
+def new_federation(scenario):
+    """The scenario's Ray federation, or for ``executor: in_process`` the in-process one: bitwise the
+    Ray rounds without a fault (tests/simulator/test_inprocess.py), with no actor to start."""
+    from simulator import engine
+    from simulator.inprocess import InProcessFederation
+    return (InProcessFederation if scenario["executor"] == "in_process" else engine.RayFederation)(scenario)
+
+
 def federation_states(scenario, rounds, signal_worker_in_round=None, sent=signal.SIGKILL):
-    """(weights after ``rounds`` rounds, worker restarts); in round ``signal_worker_in_round`` the
-    first worker's process gets ``sent`` 0.3 s into the round (SIGSTOP: it hangs, alive, until
-    the engine kills it, or until a SIGCONT 60 s later, so that a run without the timeout ends)."""
-    from simulator.engine import RayFederation
+    """(weights after ``rounds`` rounds, worker restarts) of :func:`new_federation`; in round
+    ``signal_worker_in_round`` the first worker's process gets ``sent`` 0.3 s into the round (SIGSTOP:
+    it hangs, alive, until the engine kills it, or until a SIGCONT 60 s later, so that a run without
+    the timeout ends)."""
     partition_dir = prepare_partition(scenario)
-    federation = RayFederation(scenario)
+    federation = new_federation(scenario)
     federation.setup(data_spec(partition_dir, scenario), str(partition_dir), None)
     timers = []
     try:
@@ -61,22 +69,29 @@ def signal_if_alive(pid, sent):
         pass
 
 
-def test_killed_worker_gives_the_fault_free_result(ray_session, synthetic_raw):
-    raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "local_epochs": 3}}
-    scenario = resolve(raw)
-    clean, no_restarts = federation_states(scenario, 3)
+@pytest.fixture(scope="module")
+def worker_fault_reference(tmp_path_factory):
+    """(scenario, weights after 3 rounds without a fault) of the tests that kill or stop a worker 0.3 s
+    into round 2 (3 local epochs: its share still runs then), computed once, in-process."""
+    raw = tiny_scenario(tmp_path_factory.mktemp("worker-fault"))
+    scenario = resolve({**raw, "training": {**raw["training"], "local_epochs": 3}})
+    return scenario, federation_states({**scenario, "executor": "in_process"}, 3)[0]
+
+
+def test_killed_worker_gives_the_fault_free_result(ray_session, worker_fault_reference):
+    scenario, clean = worker_fault_reference
     faulty, restarts = federation_states(scenario, 3, signal_worker_in_round=2)
-    assert no_restarts == 0 and restarts == 1
+    assert restarts == 1
     for name in clean:
         assert torch.equal(clean[name], faulty[name]), name
 
 
-def test_hung_worker_is_killed_after_the_share_timeout_and_gives_the_fault_free_result(ray_session, synthetic_raw):
-    raw = {**synthetic_raw, "training": {**synthetic_raw["training"], "local_epochs": 3}}
-    clean, _ = federation_states(resolve(raw), 3)
+def test_hung_worker_is_killed_after_the_share_timeout_and_gives_the_fault_free_result(ray_session,
+                                                                                     worker_fault_reference):
+    scenario, clean = worker_fault_reference
     # 30 s, as the next test: with 20 s, a replacement started under a load of 4-5 took longer than the
     # timeout to start and was replaced in turn (restarts 2); 30 s is still half the SIGCONT's 60 s
-    with_timeout = resolve({**raw, "ray": {**raw.get("ray", {}), "share_timeout_seconds": 30}})
+    with_timeout = {**scenario, "ray": {**scenario["ray"], "share_timeout_seconds": 30}}
     hung, restarts = federation_states(with_timeout, 3, signal_worker_in_round=2, sent=signal.SIGSTOP)
     assert restarts == 1  # killed at the timeout (without it, the SIGCONT at 60 s lets it finish: 0)
     for name in clean:
@@ -104,7 +119,7 @@ def test_worker_hung_while_starting_is_replaced_after_the_share_timeout(ray_sess
             super().setup(spec, partition_dir, store)
 
     raw = {**synthetic_raw, "ray": {**synthetic_raw["ray"], "driver_simulates": False}}
-    clean, _ = federation_states(resolve(raw), 2)
+    clean, _ = federation_states(resolve({**raw, "executor": "in_process"}), 2)
     monkeypatch.setattr(engine, "WorkerActor", ray.remote(HangsOnTheFirstStart))
     # 30 s: a replacement started on a loaded machine (another Ray run on the 2 cores) took over 20 s
     # to start and was replaced in turn
@@ -195,8 +210,8 @@ def test_sums_lost_while_every_worker_lives_stop_the_run_with_one_error_line(ray
 
 def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_store_in_round=None):
     """(the clients' stored states, the server state, worker restarts) of 3 rounds of a stateful-client
-    method on one worker; in ``kill_after_store_in_round`` the store kills the worker as soon as
-    the worker's put of its clients' new states has been written."""
+    method on one worker of :func:`new_federation`; in ``kill_after_store_in_round`` the store kills the
+    worker as soon as the worker's put of its clients' new states has been written."""
     import ray
 
     from simulator import engine
@@ -216,7 +231,7 @@ def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_st
 
     monkeypatch.setattr(engine, "StoreActor", ray.remote(StoreKillingItsCaller))
     partition_dir = prepare_partition(scenario)
-    federation = engine.RayFederation(scenario)
+    federation = new_federation(scenario)
     federation.setup(data_spec(partition_dir, scenario), str(partition_dir), str(store_dir))
     try:
         for r in (1, 2, 3):
@@ -224,7 +239,7 @@ def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_st
             if r == kill_after_store_in_round:
                 ray.get(federation.store.arm.remote(ray.get(federation.workers[0].pid.remote())))
             federation.run_round(RoundContext(r, 3, cohort, scenario["seed"], freeze(scenario)))
-        stored = ray.get(federation.store.get.remote([0, 1, 2, 3]))
+        stored = ClientStateStore(store_dir).get([0, 1, 2, 3])  # what the federation's store committed
         return ({cid: loads(blob)["networks"] for cid, blob in stored.items()}, federation.state(),
                 federation.worker_restarts)
     finally:
@@ -238,9 +253,10 @@ def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(r
            "ray": {"num_workers": 1, "driver_simulates": False},
            "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8}, "eval": {"test_subset": 300}}
     scenario = resolve(raw)
-    clean, clean_server, no_restarts = hetero_states_after_3_rounds(scenario, tmp_path / "clean", monkeypatch)
+    clean, clean_server, _ = hetero_states_after_3_rounds({**scenario, "executor": "in_process"}, tmp_path / "clean",
+                                                          monkeypatch)
     faulty, faulty_server, restarts = hetero_states_after_3_rounds(scenario, tmp_path / "faulty", monkeypatch, 2)
-    assert no_restarts == 0 and restarts == 1
+    assert restarts == 1
     assert sorted(clean) == sorted(faulty) and len(clean) >= 3
     for cid in clean:
         for name in clean[cid]:
@@ -694,11 +710,12 @@ def test_shares_still_running_when_the_server_dies_stage_nothing_into_the_healed
         "eval": {"enabled": False}, "output": {"checkpoint_every": 3},
         "ray": {"num_workers": 2, "driver_simulates": False, "while_starting": "wait", "server": "actor"}})
     scenario = resolve(raw)
-    clean_dir, clean = run_scenario(scenario, str(tmp_path / "clean"), progress=False)
+    # the fault-free run in-process: bitwise the Ray run (tests/simulator/test_inprocess.py)
+    clean_dir, _ = run_scenario({**scenario, "executor": "in_process"}, str(tmp_path / "clean"), progress=False)
     marks = tmp_path / "marks"
     marks.mkdir()
     healed_dir, healed = run_with_server_and_worker_dying_together(scenario, tmp_path / "healed", marks, monkeypatch)
-    assert clean["server_restarts"] == 0 and healed["server_restarts"] == 1
+    assert healed["server_restarts"] == 1
     states = {run: {p.name: flat_tensors(torch.load(p, weights_only=False))
                     for p in sorted((run / "client_state").glob("client_*.pt"))} for run in (clean_dir, healed_dir)}
     assert sorted(states[clean_dir]) == sorted(states[healed_dir]) and states[clean_dir]
