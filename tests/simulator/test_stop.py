@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from analysis.run_diff import logged_values
+from tests.conftest import tiny_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,14 +85,33 @@ def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, comma
     return subprocess.CompletedProcess(process.args, process.returncode, out, "".join(lines) + err), started
 
 
+def slow(raw):
+    """``raw`` with rounds of a few seconds (so that a signal lands inside round 2), a checkpoint every round."""
+    return {**raw, "training": {**raw["training"], "rounds": 3, "local_epochs": 4},
+            "eval": {**raw["eval"], "every": 3}, "output": {"checkpoint_every": 1}}
+
+
 @pytest.fixture
 def slow_raw(synthetic_raw):
-    """Rounds of a few seconds (so that a signal lands inside round 2), a checkpoint every round."""
-    return {**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 3, "local_epochs": 4},
-            "eval": {**synthetic_raw["eval"], "every": 3}, "output": {"checkpoint_every": 1}}
+    """:func:`slow` of the tiny scenario in the test's own directory."""
+    return slow(synthetic_raw)
 
 
-def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrupted_run_does(slow_raw, tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The logged values of the slow scenario played through, where a stopped and resumed run must end:
+    in the test process, in-process (bitwise the Ray run, tests/simulator/test_inprocess.py), once."""
+    from simulator.run import run_scenario
+    from simulator.scenario import resolve
+    base = tmp_path_factory.mktemp("uninterrupted")
+    run_dir, _ = run_scenario(resolve({**slow(tiny_scenario(base)), "executor": "in_process"}), str(base / "whole"),
+                              progress=False)
+    return logged_values(run_dir)
+
+
+def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrupted_run_does(ray_session, slow_raw,
+                                                                                            uninterrupted, tmp_path):
+    from simulator.cli import main
     scenario = tmp_path / "slow.yaml"
     # both sessions on Ray from their first round (the default plays rounds in the driver while Ray starts)
     scenario.write_text(yaml.safe_dump({**slow_raw, "ray": {**slow_raw["ray"], "while_starting": "wait"}}))
@@ -105,15 +125,10 @@ def test_sigint_in_round_2_stops_cleanly_and_the_resume_ends_where_an_uninterrup
     assert_gone(started, "processes of the run left behind")
     assert not (tmp_path / "stopped" / "summary.json").exists()
 
-    resumed = subprocess.run(fedssl("run", "--resume", str(tmp_path / "stopped"), "--quiet"), cwd=REPO,
-                             capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
-    # the uninterrupted reference runs in-process: bitwise the Ray run (tests/simulator/test_inprocess.py)
-    whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet",
-                                  "--set", "executor=in_process"), cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert whole.returncode == 0, whole.stderr
+    # the resume in this process, on the tests' Ray instance: no interpreter and no Ray instance to start
+    assert main(["run", "--resume", str(tmp_path / "stopped"), "--quiet"]) == 0
     assert json.loads((tmp_path / "stopped" / "summary.json").read_text())["rounds_while_ray_started"] == 0
-    assert logged_values(tmp_path / "stopped") == logged_values(tmp_path / "whole")
+    assert logged_values(tmp_path / "stopped") == uninterrupted
 
 
 @pytest.mark.parametrize("executor", ["ray", "in_process"])
@@ -148,9 +163,11 @@ def test_the_stop_line_says_from_which_round_a_resume_goes_on(slow_raw, tmp_path
         f"resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
 
 
-def test_a_first_signal_ends_the_round_under_way_checkpoints_it_and_the_resume_goes_on_from_there(slow_raw, tmp_path):
+def test_a_first_signal_ends_the_round_under_way_checkpoints_it_and_the_resume_goes_on_from_there(
+        slow_raw, uninterrupted, tmp_path, capsys):
     """No checkpoint would be due before the end (``checkpoint_every`` 1000): the signal's own
     checkpoint is what lets the resume play only the rounds after the one the signal landed in."""
+    from simulator.cli import main
     raw = {**slow_raw, "executor": "in_process", "output": {"checkpoint_every": 1000}}
     scenario = tmp_path / "slow.yaml"
     scenario.write_text(yaml.safe_dump(raw))
@@ -164,15 +181,11 @@ def test_a_first_signal_ends_the_round_under_way_checkpoints_it_and_the_resume_g
                                     f"resume it with: fedssl run --resume {tmp_path / 'stopped'}"), stopped.stderr
     assert [p.name for p in (tmp_path / "stopped" / "checkpoints").glob("round_*")] == [f"round_{reached:05d}"]
 
-    resumed = subprocess.run(fedssl("run", "--resume", str(tmp_path / "stopped")), cwd=REPO,
-                             capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
-    played = [int(line.split()[1].split("/")[0]) for line in resumed.stderr.splitlines() if line.startswith("round ")]
-    assert played and min(played) == reached + 1, resumed.stderr
-    whole = subprocess.run(fedssl("run", str(scenario), "--out", str(tmp_path / "whole"), "--quiet"), cwd=REPO,
-                           capture_output=True, text=True, timeout=600)
-    assert whole.returncode == 0, whole.stderr
-    assert logged_values(tmp_path / "stopped") == logged_values(tmp_path / "whole")
+    assert main(["run", "--resume", str(tmp_path / "stopped")]) == 0  # in this process: no interpreter to start
+    resumed = capsys.readouterr().err
+    played = [int(line.split()[1].split("/")[0]) for line in resumed.splitlines() if line.startswith("round ")]
+    assert played and min(played) == reached + 1, resumed
+    assert logged_values(tmp_path / "stopped") == uninterrupted
 
 
 def test_sigterm_stops_a_claim_and_leaves_no_process_behind(slow_raw, tmp_path):
