@@ -493,10 +493,11 @@ def healing_raw(synthetic_raw):
 
 @pytest.fixture(scope="module")
 def fault_free(ray_session, tmp_path_factory):
-    """(resolved scenario, run directory, summary) of the fault-free run the healing tests compare with."""
+    """(resolved scenario, run directory, summary) of the fault-free run the healing tests compare with,
+    in-process: bitwise the Ray run (tests/simulator/test_inprocess.py), with no actor to start."""
     base = tmp_path_factory.mktemp("fault-free")
     scenario = resolve(healing_raw(tiny_scenario(base)))
-    run_dir, summary = run_scenario(scenario, str(base / "reference"), progress=False)
+    run_dir, summary = run_scenario({**scenario, "executor": "in_process"}, str(base / "reference"), progress=False)
     return scenario, run_dir, summary
 
 
@@ -540,8 +541,7 @@ def test_a_dead_parameter_server_is_restarted_and_the_run_ends_fault_free(fault_
     scenario, reference_dir, reference = fault_free
     healed_dir, healed = healed_run(fault_free, tmp_path, monkeypatch, "ServerActor",
                                     dying_server(str(tmp_path / "died"), die_in_round))
-    assert (tmp_path / "died").exists()
-    assert reference["server_restarts"] == 0 and healed["server_restarts"] == 1
+    assert (tmp_path / "died").exists() and healed["server_restarts"] == 1
     clean = torch.load(reference_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
     after = torch.load(healed_dir / "checkpoints" / "round_00004" / "state.pt", weights_only=False)["state"]
     for name, value in clean["weights"].items():
