@@ -313,12 +313,14 @@ def test_tensorboard_hparams_and_custom_scalars_read_back(tiny_ray_run):
 
 def test_tier_pools_with_their_own_resources_give_the_single_pool_result(ray_session, synthetic_raw, tmp_path):
     """Hetero-SSFL's large_cnn clients run in their own pool of workers: results do not change, on
-    Ray or in-process."""
+    Ray or in-process. Half the synthetic train set and a smaller evaluation (the large_cnn's training
+    and its tier's evaluations took most of the three runs' time): the routing is what is compared."""
     raw = {**synthetic_raw,
            "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8, "eval_clients_per_tier": 1,
                       "tiers": [{"fraction": 0.5, "encoder": "small_cnn"}, {"fraction": 0.5, "encoder": "large_cnn"}]},
+           "dataset": {**synthetic_raw["dataset"], "train_subset": 1000},
            "training": {**synthetic_raw["training"], "batch_size": 16},
-           "eval": {**synthetic_raw["eval"], "every": 2, "test_subset": 300}}
+           "eval": {**synthetic_raw["eval"], "every": 2, "train_subset": 250, "test_subset": 150}}
     one_pool_dir, one_pool, m1 = run(raw, tmp_path, "one-pool")
     pools = [{"name": "small_cnn", "count": 1, "num_cpus": 1, "num_gpus": 0},
              {"name": "large_cnn", "count": 2, "num_cpus": 1, "num_gpus": 0}]
