@@ -123,8 +123,10 @@ def test_rounds_the_driver_plays_while_ray_starts_give_bitwise_the_run_that_wait
     """``ray.while_starting: driver`` in a process of its own (Ray not yet started there), Ray held back
     until rounds 1-2 are played in the driver, rounds 3-4 on Ray: FedU (stateful clients: their
     states cross the switch in the store), evaluations of networks from both sides (rounds 0 and 2
-    in the driver's rounds, 4 on Ray); against the same run waiting for Ray."""
+    in the driver's rounds, 4 on Ray); against the same run waiting for Ray. Half the synthetic train
+    set: the switch, not the training, is what is compared."""
     raw = {**synthetic_raw, "method": {"name": "fedu", "objective": "byol"},
+           "dataset": {**synthetic_raw["dataset"], "train_subset": 1000},
            "training": {**synthetic_raw["training"], "rounds": 4},
            "eval": {**synthetic_raw["eval"], "every": 2}, "output": {"checkpoint_every": 2}}
     _, waited, waited_metrics = run(raw, tmp_path, "wait", while_starting="wait")
