@@ -110,3 +110,10 @@ def test_every_extension_s_keys_are_fedavg_s():
     from methods.fedavg import EXTENSIONS, FedAvg, FedAvgParams
     assert EXTENSIONS and all(issubclass(FedAvgParams, extension.Params) for extension in EXTENSIONS)
     assert all(name in FedAvg.params for extension in EXTENSIONS for name in extension.Params.defaults())
+
+
+def test_byol_s_default_target_momentum_is_easyfl_s(synthetic_raw):
+    """t <- m t + (1 - m) o with m = 0.99 unless a scenario says otherwise: EasyFL's ``BYOLModel``
+    (``moving_average_decay=0.99``), the reference of the FedAvg-family baselines."""
+    method, _ = setup(synthetic_raw, objective="byol")
+    assert method.config.target_momentum == 0.99

@@ -8,8 +8,10 @@ from tests.methods.test_divergence_aware import at, make, participate
 
 
 @pytest.mark.parametrize("head_norm", ["none", "batch"])
-@pytest.mark.parametrize("distance, global_predictor", [(0.39, True), (0.41, False)])
+@pytest.mark.parametrize("distance, global_predictor", [(0.39, True), (0.4, False), (0.41, False)])
 def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw, distance, global_predictor, head_norm):
+    # strictly below: a divergence equal to the threshold keeps the client's own predictor, as EasyFL's
+    # ``_DAPU_predictor_usage`` (``distance < dapu_threshold``: global, else local)
     # with head_norm batch the heads' BatchNorm statistics go with their networks, as EasyFL swaps
     # whole modules: the predictor's with the predictor, the target's stay the client's, the online
     # encoder's and projector's are the server's
@@ -39,3 +41,10 @@ def test_a_negative_dapu_threshold_is_a_one_line_error(synthetic_raw):
                                          r"got -0.1$"):
         make(synthetic_raw, "fedu", dapu_threshold=-0.1)
     make(synthetic_raw, "fedu", dapu_threshold=0.0)  # 0: never the global predictor
+
+
+def test_fedu_s_default_threshold_is_easyfl_s(synthetic_raw):
+    """EasyFL's ``applications/fedssl/main.py``: ``--dapu_threshold`` defaults to 0.4 (``fedavg/fedu.yaml``
+    leaves it at the default)."""
+    _, method = make(synthetic_raw, "fedu")
+    assert method.config.dapu_threshold == 0.4

@@ -78,10 +78,12 @@ def test_cosine_schedule_and_non_finite_guard():
         0.1 * 0.5 * (1 + math.cos(math.pi / 4)))
     assert local_lr(context(round_index=1, rounds=4, lr_schedule="cosine")) == pytest.approx(0.1)  # first round
     assert local_lr(context(round_index=2, rounds=4)) == 0.1
-    w = torch.nn.Parameter(torch.ones(()))
-    step = LocalStep(lambda rows: (w * float("nan"), {}), [w])
-    with pytest.raises(FloatingPointError, match=r"round 1, client 7, method m: loss is nan"):
-        train_local_epochs(step, 4, torch.Generator(), torch.device("cpu"), context(), "client 7, method m")
+    for bad in ("nan", "inf", "-inf"):  # an infinite loss too: its step would make the weights inf or NaN
+        w = torch.nn.Parameter(torch.ones(()))
+        step = LocalStep(lambda rows: (w * float(bad), {}), [w])
+        with pytest.raises(FloatingPointError, match=rf"round 1, client 7, method m: loss is {bad}$"):
+            train_local_epochs(step, 4, torch.Generator(), torch.device("cpu"), context(), "client 7, method m")
+        assert w.item() == 1.0  # raised before any step
 
 
 def test_ema_update_is_the_byol_rule():

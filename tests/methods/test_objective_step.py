@@ -67,3 +67,22 @@ def test_byol_target_moves_after_every_local_step(synthetic_raw, monkeypatch):
                     [f"{name}.{p}" for p, _ in workspace.target[name].named_parameters()]]
     for got, seen in zip(final_online, online_seen[-1]):
         assert torch.allclose(got, seen, atol=1e-6)
+
+
+def test_a_client_trains_in_train_mode_whatever_mode_its_workspace_was_left_in(synthetic_raw):
+    # a worker's workspace may be left in eval mode (FedSC's DP-CalR pass, Hetero-SSFL's RAD kernel): the
+    # next client step still normalises the BatchNorm heads by batch statistics and moves their running
+    # statistics, so its upload is the one a workspace in train mode gives
+    synthetic_raw["model"] = {**synthetic_raw.get("model", {}), "head_norm": "batch"}
+    method, workspace, scenario = setup(synthetic_raw, objective="simclr")
+    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
+    broadcast = method.broadcast(Server(method).state, ctx)
+    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
+    uploads = []
+    for mode in (True, False):
+        workspace.online.train(mode)
+        upload = method.client_update(workspace, broadcast, None, ClientData(CLIENT, data.train_x, data.train_y), ctx)
+        uploads.append(upload.stats.sums)
+    assert any(k.endswith("running_mean") for k in uploads[0])
+    for key, value in uploads[0].items():
+        assert torch.equal(value, uploads[1][key]), key
