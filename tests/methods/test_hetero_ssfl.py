@@ -348,6 +348,18 @@ def test_server_kernel_is_the_weighted_mean_of_every_clients_current_kernel(synt
     assert fed.server.state["has_rad"].all()
 
 
+def test_a_sampled_client_that_does_not_report_is_sent_the_rad_again(synthetic_raw):
+    # it received the RAD but kept nothing (no client state): only the clients that report hold it
+    scenario, method = make(synthetic_raw)
+    server = Server(method)
+    ctx = RoundContext(1, 4, (0, 1), scenario["seed"], freeze(scenario), unreported=(2,))
+    state, _ = method.server_update(server.state, None, {}, ctx)  # (no kernels: only the marks matter here)
+    assert state["has_rad"].tolist() == [True, True, False, False]
+    later = RoundContext(2, 4, (0, 2), scenario["seed"], freeze(scenario))
+    assert method.client_extra(state, 0, later) is None
+    assert torch.equal(method.client_extra(state, 2, later)["rad"], state["rad"])
+
+
 def test_client_model_survives_rounds_and_worker_restarts(synthetic_raw, tmp_path):
     scenario, method = make(synthetic_raw, tiers=TIERS)
     fed = Federation(scenario, method)
@@ -403,6 +415,9 @@ def test_tiers_assign_architectures_and_label_evaluations(synthetic_raw):
     # a fraction of the population that is no whole number of clients rounds to the nearest (3.4 -> 3)
     assert np.bincount(assign_tiers(10, [0.34, 0.66], seed=5)).tolist() == [3, 7]
     assert np.bincount(assign_tiers(10, [0.36, 0.64], seed=5)).tolist() == [4, 6]
+    # each tier takes the clients whose mid-point (rank + 1/2) / N lies in [its start, its end): a half-way
+    # count (2.5 of 5, as the CIFAR 5(5) scenarios' halves) falls to the later tier
+    assert np.bincount(assign_tiers(5, [0.5, 0.5], seed=5)).tolist() == [2, 3]
     scenario, method = make(synthetic_raw, tiers=TIERS)
     small, large = method.make_workspace(torch.device("cpu"))
     count = lambda space: sum(p.numel() for p in space.online["encoder"].parameters())  # noqa: E731

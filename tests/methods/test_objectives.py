@@ -196,6 +196,11 @@ def test_supervised_objective_inside_the_method(synthetic_raw):
     expected, expected_grads = value_and_grads(workspace, reference)
     assert torch.allclose(got, expected, rtol=1e-5)
     assert_same_grads(got_grads, expected_grads)
+    rows = torch.tensor([4, 1, 3])  # a subset of the batch (``rows_loss``' contract): the rows' own labels
+    with torch.no_grad():
+        subset = method.objective.rows_loss(method.objective.embed(online, None, VIEWS[:1]), LABELS, rows)
+        logits = online["classifier"](online["encoder"](VIEWS[0][rows]))
+        assert torch.allclose(subset, -logits.log_softmax(1)[torch.arange(3), LABELS[rows]].mean(), rtol=1e-5)
 
 
 def reference_uv(online, own_row, rows, views, client):

@@ -74,6 +74,14 @@ def test_clustering_never_returns_an_empty_cluster(points):
     assert (centroids @ F.normalize(points, dim=1).T).max(dim=1).values.min() > 0.3
 
 
+def test_a_cluster_whose_members_cancel_out_is_re_seeded_at_a_point():
+    # one cluster takes every point: u and -u sum to exactly 0, a mean with no direction (normalising
+    # it would return the zero vector); the centroid is re-seeded at one of the points instead
+    u = unit_rows(1, 16, 5)
+    (centroid,) = equal_size_clustering(torch.cat([u, -u]), 1, seeded(0), iterations=1)
+    assert torch.equal(centroid, u[0]) or torch.equal(centroid, -u[0])
+
+
 def test_clustering_without_points_is_an_error():
     with pytest.raises(ValueError, match="no points"):
         equal_size_clustering(torch.empty(0, 4), 2, seeded(0))
