@@ -7,11 +7,12 @@ import torch
 from methods import build_method
 from methods.base import DataSpec
 from methods.hetero_ssfl import assign_tiers, normalized_kernel
+from methods.networks import build_networks
 from methods.objective_step import composed_loss
 from methods.weight_averaging import flat_state
 from simulator.augment import BatchAugment, to_float
 from simulator.client_store import ClientStateStore, dumps, loads
-from simulator.context import RoundContext, freeze
+from simulator.context import RoundContext, derive_seed, freeze
 from simulator.data.synthetic import make_synthetic
 from simulator.held_out import HeldOutImages
 from simulator.population import CohortSchedule
@@ -358,6 +359,20 @@ def test_a_sampled_client_that_does_not_report_is_sent_the_rad_again(synthetic_r
     later = RoundContext(2, 4, (0, 2), scenario["seed"], freeze(scenario))
     assert method.client_extra(state, 0, later) is None
     assert torch.equal(method.client_extra(state, 2, later)["rad"], state["rad"])
+
+
+def test_every_client_starts_from_its_own_initial_model(synthetic_raw):
+    # clients keep their own models (Algorithm 1): each is initialised from (run seed, client id), so two
+    # clients of one tier start apart, and a client's first restore is that initialisation
+    scenario, method = make(synthetic_raw)
+    initial = [flat_state(*method.client_networks(0, cid)) for cid in (0, 1)]
+    assert any(not torch.equal(initial[0][k], initial[1][k]) for k in initial[0])
+    seed = derive_seed(scenario["seed"], 1, "init")
+    assert all(torch.equal(v, initial[1][k]) for k, v in flat_state(*build_networks(
+        method.objective, scenario, method.spec, seed)).items())
+    (workspace,) = method.make_workspace(torch.device("cpu"))
+    method.restore(workspace, None, 1)
+    assert all(torch.equal(v, initial[1][k]) for k, v in workspace.slots.items())
 
 
 def test_client_model_survives_rounds_and_worker_restarts(synthetic_raw, tmp_path):
