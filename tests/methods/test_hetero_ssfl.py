@@ -445,6 +445,12 @@ def test_tiers_assign_architectures_and_label_evaluations(synthetic_raw):
         assert label.startswith(method.tiers[method.client_tier[cid]].encoder)
 
 
+def test_the_alignment_weight_defaults_to_the_paper_s(synthetic_raw):
+    """mu = 0.5, Makhija et al.'s CIFAR setting (section 5.1; 1 for Tiny-ImageNet)."""
+    _, method = make(synthetic_raw)
+    assert method.config.mu == 0.5
+
+
 def test_the_rad_is_the_held_out_images_handed_in(synthetic_raw):
     scenario, method = make(synthetic_raw, rad_size=200)
     assert torch.equal(method.init_state()["rad"], HeldOutImages.of(scenario).take(200))
