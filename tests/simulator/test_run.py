@@ -1,7 +1,16 @@
-"""The run summary's figures from the logged rows (``simulator.run.traffic_and_speed``)."""
+"""The driver of one run (``simulator.run``): the summary's figures from the logged rows, the rounds'
+evaluations and checkpoints; in-process (bitwise the Ray run: tests/simulator/test_inprocess.py)."""
+import contextlib
+import io
+
 import pytest
 
-from simulator.run import traffic_and_speed
+from analysis.run_diff import logged_values
+from simulator.inprocess import InProcessFederation
+from simulator.run import headline_tags, run_scenario, traffic_and_speed
+from simulator.scenario import resolve
+from tests.conftest import tiny_scenario
+from tests.simulator.test_inprocess import METHODS
 
 
 def test_bytes_per_round_are_of_the_training_rounds_and_the_totals_of_every_round():
@@ -21,3 +30,76 @@ def test_bytes_per_round_are_of_the_training_rounds_and_the_totals_of_every_roun
     assert figures["steady_seconds_per_round"] == 2.0 and figures["steady_samples_per_second"] == 30.0
     assert figures["driver_rss_mb_max"] == 700.0
 
+
+def test_a_run_of_one_training_round_has_no_steady_state_figures():
+    """Round 1 pays the start-up: with no round after it there is no steady pace to give (None, not 0)."""
+    figures = traffic_and_speed([(1, "time/round_seconds", 4.0, 0.0), (1, "train/samples", 40.0, 0.0)])
+    assert figures["steady_seconds_per_round"] is None and figures["steady_samples_per_second"] is None
+
+
+def test_the_headline_metrics_are_both_evaluations_at_every_label_fraction_and_the_loss():
+    assert headline_tags({"eval": {"label_fractions": [0.01, 0.1]}}) == [
+        "eval/linear_top1", "eval/knn_top1", "eval/linear_top1_1pct", "eval/knn_top1_1pct",
+        "eval/linear_top1_10pct", "eval/knn_top1_10pct", "train/loss"]
+
+
+def in_process(raw: dict, **sections) -> dict:
+    """``raw`` resolved on the in-process executor, each of ``sections`` updated."""
+    return resolve({**raw, "executor": "in_process",
+                    **{name: {**raw.get(name, {}), **values} for name, values in sections.items()}})
+
+
+def after_each_round(monkeypatch, hook) -> None:
+    """Each in-process round, then ``hook(ctx, metrics)``, which may add metrics or raise."""
+    run_round = InProcessFederation.run_round
+
+    def hooked(self, ctx):
+        metrics = run_round(self, ctx)
+        hook(ctx, metrics)
+        return metrics
+    monkeypatch.setattr(InProcessFederation, "run_round", hooked)
+
+
+@pytest.fixture(scope="module")
+def evaluated_run(tmp_path_factory):
+    """(summary, logged values, stderr lines) of a run of 3 rounds evaluated every 2 (so rounds 0, 2 and
+    3, the last), with progress lines, whose method reports ``summary/probe``: the round, each round."""
+    tmp_path = tmp_path_factory.mktemp("evaluated")
+    scenario = in_process(tiny_scenario(tmp_path), training={"rounds": 3}, eval={"every": 2})
+    stderr = io.StringIO()
+    with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stderr(stderr):
+        after_each_round(monkeypatch, lambda ctx, metrics: metrics.update({"summary/probe": float(ctx.round)}))
+        run_dir, summary = run_scenario(scenario, str(tmp_path / "run"), progress=True)
+    return summary, logged_values(run_dir), stderr.getvalue().splitlines()
+
+
+def test_a_run_is_evaluated_every_eval_every_rounds_and_at_its_last(evaluated_run):
+    summary, logged, _ = evaluated_run
+    assert sorted(r for r, name in logged if name == "eval/knn_top1") == [0, 2, 3]
+    for key in ("knn_top1", "linear_top1"):
+        assert summary["initial"][key] == logged[(0, f"eval/{key}")]
+        assert summary["final"][key] == logged[(3, f"eval/{key}")]
+
+
+def test_a_methods_summary_metric_lands_in_the_summary_with_its_newest_value(evaluated_run):
+    assert evaluated_run[0]["probe"] == 3.0
+
+
+def test_each_progress_line_shows_the_newest_evaluation_and_names_its_round_when_earlier(evaluated_run):
+    _, logged, lines = evaluated_run
+    rounds = [line for line in lines if line.startswith("round ")]
+
+    def shown(r):
+        return f"knn {100 * logged[(r, 'eval/knn_top1')]:.2f}%  linear {100 * logged[(r, 'eval/linear_top1')]:.2f}%"
+    assert [line.split("  ")[0] for line in rounds] == ["round 1/3", "round 2/3", "round 3/3"]
+    assert rounds[0].endswith(f"{shown(0)} (round 0)")
+    assert rounds[1].endswith(shown(2)) and rounds[2].endswith(shown(3))
+
+
+def test_a_setup_round_is_not_checkpointed_and_the_last_round_is(synthetic_raw, tmp_path):
+    """Checkpoints come every ``output.checkpoint_every`` training rounds (from round 1) and at the end."""
+    scenario = in_process(synthetic_raw, method=METHODS["fedsc"]["method"], eval={"enabled": False},
+                          output={"checkpoint_every": 10})
+    run_dir, _ = run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    assert min(r for r, _ in logged_values(run_dir)) == 0  # FedSC's setup round, every client
+    assert [path.name for path in (run_dir / "checkpoints").iterdir()] == ["round_00002"]
