@@ -1,11 +1,15 @@
 """The driver of one run (``simulator.run``): the summary's figures from the logged rows, the rounds'
-evaluations and checkpoints; in-process (bitwise the Ray run: tests/simulator/test_inprocess.py)."""
+evaluations and checkpoints, a resumed run's times and TensorBoard steps, a resume that starts over;
+in-process (bitwise the Ray run: tests/simulator/test_inprocess.py)."""
 import contextlib
 import io
+import shutil
 
 import pytest
+import torch
 
 from analysis.run_diff import logged_values
+from simulator.federation import WorkerFailure
 from simulator.inprocess import InProcessFederation
 from simulator.run import headline_tags, run_scenario, traffic_and_speed
 from simulator.scenario import resolve
@@ -103,3 +107,82 @@ def test_a_setup_round_is_not_checkpointed_and_the_last_round_is(synthetic_raw, 
     run_dir, _ = run_scenario(scenario, str(tmp_path / "run"), progress=False)
     assert min(r for r, _ in logged_values(run_dir)) == 0  # FedSC's setup round, every client
     assert [path.name for path in (run_dir / "checkpoints").iterdir()] == ["round_00002"]
+
+
+def cut_after_round_4(run_dir) -> None:
+    """``run_dir`` (4 rounds, a checkpoint every 2) as if its driver was killed after round 4's
+    checkpoint began, before the summary: its newest checkpoint is round 2's."""
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints" / "round_00004")
+
+
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory):
+    """(run directory, summary) of a run of 4 rounds cut after round 4, whose round-2 checkpoint says its
+    first session took 1000 s (7.5 s to the end of round 1, 12.5 s from the launch), resumed."""
+    tmp_path = tmp_path_factory.mktemp("resumed")
+    scenario = in_process(tiny_scenario(tmp_path), training={"rounds": 4}, eval={"enabled": False},
+                          output={"checkpoint_every": 2})
+    run_dir, _ = run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    cut_after_round_4(run_dir)
+    state = run_dir / "checkpoints" / "round_00002" / "state.pt"
+    payload = torch.load(state, weights_only=False)
+    torch.save({**payload, "elapsed": 1000.0, "time_to_round1": 7.5, "launch_to_round1": 12.5}, state)
+    return run_scenario(scenario, progress=False, resume_dir=str(run_dir))
+
+
+def test_a_resumed_run_counts_its_first_sessions_time_and_keeps_its_start_up_times(resumed_run):
+    _, summary = resumed_run
+    assert summary["wall_seconds"] > 1000.0
+    assert summary["seconds_to_end_of_round_1"] == 7.5 and summary["seconds_from_launch_to_end_of_round_1"] == 12.5
+
+
+def tensorboard_steps(run_dir, tag: str) -> list[int]:
+    """The steps of ``tag`` as TensorBoard reads them from the run's event files (purges included)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return [event.step for event in events.Scalars(tag)]
+
+
+def test_a_resumed_run_leaves_each_round_once_in_its_tensorboard_events(resumed_run):
+    """The first session's events of rounds 3 and 4 (after the checkpoint) are purged, not shown twice."""
+    assert tensorboard_steps(resumed_run[0], "train/loss") == [1, 2, 3, 4]
+
+
+def killed_before_its_first_checkpoint(scenario: dict, run_dir) -> None:
+    """A finished run of ``scenario`` in ``run_dir`` made to look killed before its first checkpoint."""
+    run_scenario(scenario, str(run_dir), progress=False)
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints")
+
+
+def test_a_resume_that_starts_over_leaves_none_of_the_first_sessions_files_even_where_it_fails(
+        synthetic_raw, tmp_path, monkeypatch):
+    """A run killed before its first checkpoint is started over: its metrics, TensorBoard events and
+    client states go at once, not when the new session first writes its own (here it never does)."""
+    scenario = in_process(synthetic_raw, method={"name": "fedema", "objective": "byol"}, eval={"enabled": False})
+    run_dir = tmp_path / "run"
+    killed_before_its_first_checkpoint(scenario, run_dir)
+    first_events = set((run_dir / "tensorboard").iterdir())
+    assert first_events and (run_dir / "metrics.parquet").exists()
+
+    def failing(self, ctx):
+        raise WorkerFailure(f"round {ctx.round}, client 0, fedema: non-finite loss (nan)")
+    monkeypatch.setattr(InProcessFederation, "run_round", failing)
+    with pytest.raises(WorkerFailure) as failed:
+        run_scenario(scenario, progress=False, resume_dir=str(run_dir))
+    assert failed.value.last_checkpoint is None
+    assert not (run_dir / "metrics.parquet").exists()
+    assert not set((run_dir / "tensorboard").iterdir()) & first_events  # only the new session's header
+    assert not list((run_dir / "client_state").glob("client_*.pt"))
+
+
+def test_a_resume_that_starts_over_times_its_own_start_up(synthetic_raw, tmp_path, monkeypatch):
+    """Round 1 is played again in the resumed session, which counts none of the first one's time."""
+    from simulator.run import RunLoop
+    scenario = in_process(synthetic_raw, eval={"enabled": False})
+    killed_before_its_first_checkpoint(scenario, tmp_path / "run")
+    monkeypatch.setattr(RunLoop, "runs_in_this_process", 0)  # the resuming command's first run
+    _, summary = run_scenario(scenario, progress=False, resume_dir=str(tmp_path / "run"))
+    assert summary["seconds_from_launch_to_end_of_round_1"] > summary["seconds_to_end_of_round_1"] > 0
