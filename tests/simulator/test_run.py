@@ -1,6 +1,6 @@
 """The driver of one run (``simulator.run``): the summary's figures from the logged rows, the rounds'
-evaluations and checkpoints, a resumed run's times and TensorBoard steps, a resume that starts over;
-in-process (bitwise the Ray run: tests/simulator/test_inprocess.py)."""
+evaluations, a resumed run's times and TensorBoard steps, a resume that starts over, and the heal of a
+lost parameter server; in-process (bitwise the Ray run: tests/simulator/test_inprocess.py)."""
 import contextlib
 import io
 import shutil
@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from analysis.run_diff import logged_values
-from simulator.federation import WorkerFailure
+from simulator.federation import ServerFailure, ServerLost, WorkerFailure
 from simulator.inprocess import InProcessFederation
 from simulator.run import headline_tags, run_scenario, traffic_and_speed
 from simulator.scenario import resolve
 from tests.conftest import tiny_scenario
+from tests.simulator.test_faults import metrics_without_timing
 from tests.simulator.test_inprocess import METHODS
 
 
@@ -186,3 +187,93 @@ def test_a_resume_that_starts_over_times_its_own_start_up(synthetic_raw, tmp_pat
     monkeypatch.setattr(RunLoop, "runs_in_this_process", 0)  # the resuming command's first run
     _, summary = run_scenario(scenario, progress=False, resume_dir=str(tmp_path / "run"))
     assert summary["seconds_from_launch_to_end_of_round_1"] > summary["seconds_to_end_of_round_1"] > 0
+
+
+def server_lost_after(monkeypatch, *rounds: int) -> None:
+    """The in-process parameter server is lost at the end of round ``r`` for each ``r`` of ``rounds``
+    (a round given twice: in the round played again too), its states already in the client-state store."""
+    deaths = list(rounds)
+
+    def lost(ctx, metrics):
+        if ctx.round in deaths:
+            deaths.remove(ctx.round)
+            raise ServerLost(f"round {ctx.round}: the parameter server died")
+    after_each_round(monkeypatch, lost)
+
+
+def healing(raw: dict) -> dict:
+    """FedEMA (stateful clients) for 4 rounds, evaluated and checkpointed every 2."""
+    return in_process(raw, method={"name": "fedema", "objective": "byol"}, training={"rounds": 4},
+                      eval={"every": 2}, output={"checkpoint_every": 2})
+
+
+@pytest.fixture(scope="module")
+def fault_free(tmp_path_factory):
+    """(scenario, run directory, summary) of the fault-free run of :func:`healing`."""
+    tmp_path = tmp_path_factory.mktemp("fault-free")
+    scenario = healing(tiny_scenario(tmp_path))
+    return (scenario, *run_scenario(scenario, str(tmp_path / "run"), progress=False))
+
+
+@pytest.mark.parametrize("lost_in_round", [1, 3])  # before the first checkpoint (from the start), after it
+def test_a_lost_server_heals_from_the_newest_checkpoint_to_the_fault_free_run(fault_free, tmp_path, monkeypatch,
+                                                                            lost_in_round):
+    """A new server, the client-state store and the logs rewound to the round-2 checkpoint (or to
+    the start, without one: the store emptied, the round-0 networks evaluated again), the rounds since
+    played again: every logged value, evaluation, client state and TensorBoard step as without fault."""
+    scenario, reference_dir, reference = fault_free
+    server_lost_after(monkeypatch, lost_in_round)
+    healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
+    assert (reference["server_restarts"], healed["server_restarts"]) == (0, 1)
+    assert healed["initial"] == reference["initial"] and healed["final"] == reference["final"]
+    assert healed["pixels"] == reference["pixels"]
+    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
+    assert tensorboard_steps(healed_dir, "train/loss") == [1, 2, 3, 4]
+    clients = sorted(path.name for path in (reference_dir / "client_state").glob("client_*.pt"))
+    assert clients and sorted(path.name for path in (healed_dir / "client_state").glob("client_*.pt")) == clients
+    for name in clients:
+        assert (healed_dir / "client_state" / name).read_bytes() == (reference_dir / "client_state" / name).read_bytes()
+
+
+class EvaluatedARoundLater(InProcessFederation):
+    """The in-process federation with evaluations that are ready once the next round has begun, as
+    the Ray engine's evaluator thread or actor may be: they stay pending across a round."""
+
+    rounds_begun = 0
+
+    def run_round(self, ctx):
+        self.rounds_begun += 1
+        return super().run_round(ctx)
+
+    def submit_eval(self, networks=None):
+        return self.rounds_begun, super().submit_eval(networks)
+
+    def ready(self, evaluation) -> bool:
+        return self.rounds_begun > evaluation[0]
+
+    @staticmethod
+    def result(evaluation):
+        return evaluation[1]
+
+
+def test_a_heal_drops_the_evaluations_still_pending_from_before_it(synthetic_raw, tmp_path, monkeypatch):
+    """Round 2's evaluation is still pending when the server is lost in round 3 (no checkpoint yet):
+    the rounds played again evaluate it again, and it is logged once, as without fault."""
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "start_federation", EvaluatedARoundLater)
+    scenario = in_process(synthetic_raw, training={"rounds": 4}, output={"checkpoint_every": 10})
+    reference_dir, reference = run_scenario(scenario, str(tmp_path / "reference"), progress=False)
+    server_lost_after(monkeypatch, 3)
+    healed_dir, healed = run_scenario(scenario, str(tmp_path / "healed"), progress=False)
+    assert healed["server_restarts"] == 1 and healed["final"] == reference["final"]
+    assert metrics_without_timing(healed_dir) == metrics_without_timing(reference_dir)
+
+
+def test_a_server_that_keeps_dying_fails_the_run_after_three_restarts(synthetic_raw, tmp_path, monkeypatch):
+    scenario = in_process(synthetic_raw, training={"rounds": 4}, eval={"enabled": False},
+                          output={"checkpoint_every": 2})
+    server_lost_after(monkeypatch, 3, 3, 3, 3)
+    with pytest.raises(ServerFailure) as failed:
+        run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    assert str(failed.value) == "round 3: the parameter server died; it kept dying (3 restarts)"
+    assert failed.value.last_checkpoint == str(tmp_path / "run" / "checkpoints" / "round_00002")
