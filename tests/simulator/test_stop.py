@@ -280,6 +280,55 @@ def test_a_signal_noted_after_a_runs_last_round_stops_the_commands_next_run_befo
     assert stopped.value.signal_name == "SIGTERM" and stop_signals.requested is None
 
 
+def test_a_signal_in_a_runs_last_round_lets_it_finish_and_stops_the_commands_next_run(synthetic_raw, tmp_path,
+                                                                                     monkeypatch):
+    """The last round has nothing after it to stop: its checkpoint and the summary are written as
+    without a signal, and the next run of the command (a claim's, a sweep's) does not start."""
+    import simulator.inprocess
+    from simulator.run import Stopped, run_scenario, stop_signals
+    from simulator.scenario import resolve
+    run_round = simulator.inprocess.InProcessFederation.run_round
+
+    def signalled_in_round_2(self, ctx):
+        if ctx.round == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # noted: the rounds are under way
+        return run_round(self, ctx)
+
+    monkeypatch.setattr(simulator.inprocess.InProcessFederation, "run_round", signalled_in_round_2)
+    scenario = resolve({**synthetic_raw, "executor": "in_process", "eval": {"enabled": False}})
+    with stop_signals():
+        run_dir, summary = run_scenario(scenario, str(tmp_path / "run"), progress=False)
+        assert stop_signals.requested == "SIGTERM"
+        assert summary["rounds_completed"] == 2 and (run_dir / "summary.json").exists()
+        with pytest.raises(Stopped) as stopped:
+            run_scenario(scenario, str(tmp_path / "next"), progress=False)
+    assert stopped.value.signal_name == "SIGTERM" and not (tmp_path / "next").exists()
+
+
+def test_the_callers_signal_handlers_are_back_after_the_block():
+    from simulator.run import stop_signals
+    numbers = (signal.SIGINT, signal.SIGTERM)
+    saved = {number: signal.signal(number, signal.SIG_IGN) for number in numbers}  # the caller's own: ignore
+    try:
+        with stop_signals():
+            assert all(signal.getsignal(number) == stop_signals.raise_stopped for number in numbers)
+        assert all(signal.getsignal(number) == signal.SIG_IGN for number in numbers)
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
+def test_a_bare_keyboard_interrupt_is_named_after_the_last_signal_received(monkeypatch):
+    """Ray may re-raise the handler's stop as a bare KeyboardInterrupt: the stop line names the signal
+    that came (SIGINT, Ctrl-C's, where none did)."""
+    from simulator.run import Stopped, stop_signals
+    monkeypatch.setattr(stop_signals, "received", "SIGTERM")
+    assert stop_signals.name_of(KeyboardInterrupt()) == "SIGTERM"
+    assert stop_signals.name_of(Stopped("SIGINT")) == "SIGINT"
+    monkeypatch.setattr(stop_signals, "received", None)
+    assert stop_signals.name_of(KeyboardInterrupt()) == "SIGINT"
+
+
 def drop_a_signal_in_a_finalizer(signal_number: int) -> None:
     """Sends the signal from within a finalizer, where Python drops the exception its handler raises
     ("Exception ignored in ..."), as it did on CI inside a weakref callback of the garbage collector
