@@ -88,6 +88,7 @@ def test_an_output_path_that_is_a_file_or_lies_under_one_is_refused(synthetic_ra
     (["run", "s.yaml", "--bogus"], "fedssl run", "unrecognized arguments: --bogus"),
     (["run"], "fedssl run", "expected a scenario file or --resume RUN_DIR (one of them)"),
     (["run", "s.yaml", "--resume", "runs/x"], "fedssl run", "expected a scenario file or --resume RUN_DIR (one of them)"),
+    (["validate"], "fedssl validate", "the following arguments are required: scenario"),
     (["report", "a", "b", "--bogus", "-x"], "fedssl report", "unrecognized arguments: --bogus -x"),
     (["claim"], "fedssl claim", "the following arguments are required: suite"),
     (["sweep", "s.yaml", "--out", "x"], "fedssl sweep", "the following arguments are required: --over"),
@@ -141,8 +142,9 @@ def test_bad_method_values_are_caught_before_anything_runs(synthetic_raw, tmp_pa
 def test_worker_actors_a_run_s_own_ray_instance_cannot_place_are_one_line_before_anything_runs(
         synthetic_raw, tmp_path, capsys, monkeypatch, command):
     """Two actors holding every CPU of the machine each (the driver simulating none) would leave one
-    waiting for ever on the run's own Ray instance: exit 2, one line, nothing written; with the
-    driver's slot taking one of them, the same scenario is accepted."""
+    waiting for ever on the run's own Ray instance: exit 2, one line under the key that set them,
+    nothing written; with the driver's slot taking one of them, or on the cluster ``$RAY_ADDRESS``
+    names, the same scenario is accepted."""
     from ray._private.utils import get_num_cpus
 
     from simulator import engine
@@ -166,8 +168,15 @@ def test_worker_actors_a_run_s_own_ray_instance_cannot_place_are_one_line_before
     assert main(["validate", str(on_gpus)]) == 2
     assert f"expected worker actors that fit the {gpus} GPUs of this machine" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+    pools = write(tmp_path, {**synthetic_raw, "ray": {"worker_pools": [{"name": "big", "count": 2, "num_cpus": cpus,
+                                                                        "num_gpus": 0.0}], "driver_simulates": False}})
+    assert main(["validate", str(pools)]) == 2
+    assert capsys.readouterr().err.startswith(f"fedssl: error: {pools}: ray.worker_pools: expected worker actors that "
+                                              f"fit the {cpus} CPUs of this machine")
     fits = write(tmp_path, {**synthetic_raw, "ray": {**ray_section, "driver_simulates": True}})
     assert main(["validate", str(fits)]) == 0
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # ray job submit's cluster places them, not this machine
+    assert main(["validate", str(write(tmp_path, {**synthetic_raw, "ray": ray_section}))]) == 0
 
 
 def test_a_failed_run_in_a_sweep_is_one_line_and_a_one_round_benchmark_is_refused(synthetic_raw, tmp_path, capsys,
@@ -190,6 +199,18 @@ def test_a_failed_run_in_a_sweep_is_one_line_and_a_one_round_benchmark_is_refuse
                                        f"benchmark (its speeds are read from round 2 on), got 1\n")
 
 
+def claim_suite(tmp_path, scenario: Path, *b_settings: str) -> Path:
+    """A claim suite (one seed, runs in tmp_path/runs): arm a is ``scenario``, arm b the same with
+    ``b_settings`` (default: training.lr=0.02), a beats b."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({
+        "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
+        "arms": {"a": {"scenario": str(scenario)},
+                 "b": {"scenario": str(scenario), "set": list(b_settings or ["training.lr=0.02"])}},
+        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
+    return suite
+
+
 @pytest.mark.parametrize("resumable", [True, False])
 def test_a_failed_run_in_a_claim_is_one_line_naming_its_checkpoint(synthetic_raw, tmp_path, capsys, monkeypatch,
                                                                     resumable):
@@ -205,12 +226,7 @@ def test_a_failed_run_in_a_claim_is_one_line_naming_its_checkpoint(synthetic_raw
         raise failure
 
     monkeypatch.setattr("analysis.claims.run_missing", failing_runs)
-    scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
-    suite = tmp_path / "suite.yaml"
-    suite.write_text(yaml.safe_dump({
-        "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
-        "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
-        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
+    suite = claim_suite(tmp_path, write(tmp_path, {**synthetic_raw, "executor": "in_process"}))
     assert main(["claim", str(suite)]) == 1
     err = capsys.readouterr().err
     if resumable:
@@ -221,6 +237,78 @@ def test_a_failed_run_in_a_claim_is_one_line_naming_its_checkpoint(synthetic_raw
                             "last good checkpoint is none (it failed before the first); resuming it would fail the "
                             "same way (a client step failed): the claim cannot go on with this arm as it is; report "
                             "the failure as a finding, or change the arm's settings and move runs/a/seed_0 away\n")
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_run_prints_a_progress_line_a_round_unless_quiet(synthetic_raw, tmp_path, capsys, quiet):
+    scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process", "eval": {"enabled": False},
+                                "training": {**synthetic_raw["training"], "rounds": 2}})
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run"), *(["--quiet"] if quiet else [])]) == 0
+    lines = [line.split("  ")[0] for line in capsys.readouterr().err.splitlines() if line.startswith("round ")]
+    assert lines == ([] if quiet else ["round 1/2", "round 2/2"])
+
+
+@pytest.mark.parametrize("last_checkpoint", [None, "runs/x/checkpoints/round_00002"])
+def test_a_failed_run_says_how_to_resume_it_only_from_a_checkpoint(synthetic_raw, tmp_path, capsys, monkeypatch,
+                                                                  last_checkpoint):
+    """A failure a resume may get past (a lost server) names the command that resumes the run from its
+    checkpoint; before the first checkpoint there is nothing to resume from."""
+    import simulator.run
+    from simulator.federation import ServerFailure
+
+    def failing_run(scenario, out=None, **_):
+        failure = ServerFailure("round 3: the parameter server died; it kept dying (3 restarts)")
+        failure.run_dir, failure.last_checkpoint = "runs/x", last_checkpoint
+        raise failure
+
+    monkeypatch.setattr(simulator.run, "run_scenario", failing_run)
+    scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run")]) == 1
+    said = (f"its last good checkpoint is {last_checkpoint}; resume it with: fedssl run --resume runs/x"
+            if last_checkpoint else "its last good checkpoint is none (it failed before the first)")
+    assert capsys.readouterr().err == ("\nfedssl: error: round 3: the parameter server died; it kept dying (3 "
+                                       f"restarts); the run stopped, {said}\n")
+
+
+def test_a_claim_arm_whose_partition_cannot_be_made_is_one_line_before_anything_runs(synthetic_raw, tmp_path,
+                                                                                    capsys):
+    scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
+    suite = claim_suite(tmp_path, scenario, "partition.kind=classes_per_client", "partition.k=11")
+    assert main(["claim", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {suite}: arms.b: partition: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("stop, where", [
+    ("before its first round", "runs/a/seed_0 before its first round"),
+    ("before it began", "a run before its first round"),
+    ("between two runs", "between two runs"),
+])
+def test_a_claims_deadline_line_says_where_it_stopped_the_claim(synthetic_raw, tmp_path, capsys, monkeypatch, stop,
+                                                                where):
+    """``--until``'s deadline landing as a run starts (Ray still starting, before its directory was
+    made) or between two runs: exit 124, the line says where."""
+    import simulator.deadline
+    from simulator.run import RunStopped, Stopped
+
+    class FiredAlarm(simulator.deadline.stop_at):  # the deadline came while the runs ran
+        def __exit__(self, *exc):
+            self.fired = True
+            return super().__exit__(*exc)
+
+    def stopped_runs(*args, **kwargs):
+        if stop == "between two runs":
+            raise Stopped("SIGTERM")
+        raise RunStopped("SIGTERM", Path("runs/a/seed_0") if stop == "before its first round" else None, None, 2)
+
+    monkeypatch.setattr(simulator.deadline, "stop_at", FiredAlarm)
+    monkeypatch.setattr("analysis.claims.run_missing", stopped_runs)
+    suite = claim_suite(tmp_path, write(tmp_path, {**synthetic_raw, "executor": "in_process"}))
+    assert main(["claim", str(suite), "--until", "+3h"]) == 124
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"claim: the deadline stopped the claim {where}; run it again to go on (a stopped run resumes from its "
+        f"checkpoint)")
 
 
 def test_the_fedssl_command_keeps_the_exit_code_and_the_output_of_main(synthetic_raw, tmp_path):
@@ -285,12 +373,7 @@ def two_run_command(command: str, scenario: Path, tmp_path: Path) -> list[str]:
     (training.lr 0.01 then 0.02; runs in tmp_path/sweep) of two runs of ``scenario``."""
     if command == "sweep":
         return ["sweep", str(scenario), "--over", "training.lr=0.01,0.02", "--out", str(tmp_path / "sweep")]
-    suite = tmp_path / "suite.yaml"
-    suite.write_text(yaml.safe_dump({
-        "claim": "a beats b", "seeds": [0], "primary": "linear_top1",
-        "arms": {"a": {"scenario": str(scenario)}, "b": {"scenario": str(scenario), "set": ["training.lr=0.02"]}},
-        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")}))
-    return ["claim", str(suite)]
+    return ["claim", str(claim_suite(tmp_path, scenario))]
 
 
 @pytest.mark.parametrize("command", ["claim", "sweep"])
