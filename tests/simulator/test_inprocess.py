@@ -102,11 +102,10 @@ def test_evaluations_leave_the_training_as_it_is(synthetic_raw, tmp_path):
     (so a scenario's numbers do not depend on ``eval.every``)."""
     raw = {**with_overrides(synthetic_raw, {"model": {"norm": "batch"}, "training": {"rounds": 3}}),
            "executor": "in_process"}
-    runs = {}
+    runs, summaries = {}, {}
     for name, evaluation in (("evaluated", {"every": 1, "finetune_steps": 2}), ("never", {"enabled": False})):
-        run_dir, _ = run_scenario(resolve({**raw, "eval": {**raw["eval"], **evaluation}}), str(tmp_path / name),
-                                  progress=False)
-        runs[name] = run_dir
+        runs[name], summaries[name] = run_scenario(resolve({**raw, "eval": {**raw["eval"], **evaluation}}),
+                                                   str(tmp_path / name), progress=False)
     evaluated, never = logged_values(runs["evaluated"]), logged_values(runs["never"])
     assert any(name.startswith("eval/") for _, name in evaluated) and any(name.startswith("train/") for _, name in never)
     assert {k: v for k, v in evaluated.items() if not k[1].startswith(("eval/", "reference/"))} == never
@@ -118,3 +117,7 @@ def test_evaluations_leave_the_training_as_it_is(synthetic_raw, tmp_path):
     memory = [row for row in read_metrics(runs["never"] / "metrics.parquet") if row["name"].startswith("memory/")]
     assert {row["value"] for row in memory if row["name"] == "memory/workers_rss_mb"} == {0.0}
     assert all(row["value"] > 0 for row in memory if row["name"] == "memory/driver_rss_mb") and len(memory) == 6
+    # and the summary's: the driver's peak is the run's, on one node
+    peaks = summaries["never"]["peak_memory_mb"]
+    assert peaks["driver"] > 0 and peaks["server"] == peaks["evaluator"] == peaks["workers"] == 0
+    assert summaries["never"]["worker_nodes"] == 1
