@@ -173,9 +173,8 @@ def test_workers_that_keep_dying_stop_the_run_with_one_error_line_and_a_resume_h
 
     monkeypatch.setattr(engine, "WorkerActor", ray.remote(DiesInRound2))
     out, err = failed_run({**synthetic_raw, "ray": {**synthetic_raw["ray"], "num_workers": 1}}, tmp_path, capsys)
-    restarts = engine.RayFederation.MAX_WORKER_RESTARTS_PER_PASS
     assert err == (f"fedssl: error: round 2: workers kept dying or hanging (ray.share_timeout_seconds: None); given up "
-                   f"after {restarts} restarts in one pass; the run stopped, its last good checkpoint is "
+                   f"after 3 restarts in one pass; the run stopped, its last good checkpoint is "  # README's 3
                    f"{out / 'checkpoints' / 'round_00001'}; resume it with: fedssl run --resume {out}")
 
 
