@@ -31,3 +31,12 @@ def test_a_malformed_record_is_a_param_error_before_any_record_is_built():
     config = {**HeteroSSFL.params, "objective": "byol", "tiers": [{"fraction": 1.0, "encoder": "vit", "extra": 1}]}
     with pytest.raises(ParamError, match=r"^method.tiers\[0\]: expected a mapping \{fraction, encoder\}, got "):
         HeteroSSFL.check_params(config, {"training": {"rounds": 10}})
+
+
+def test_a_list_in_a_scenario_becomes_a_tuple_of_the_frozen_parameters():
+    """``server_betas: [0.8, 0.9]`` (YAML's list) is held as a tuple: parameters are immutable and
+    hashable, and ``defaults`` writes the tuple back as the list a scenario holds."""
+    config = ServerOptimizerParams.from_config({"server_betas": [0.8, 0.9]})
+    assert config.server_betas == (0.8, 0.9) and isinstance(config.server_betas, tuple)
+    assert hash(config) == hash(ServerOptimizerParams(server_betas=(0.8, 0.9)))
+    assert ServerOptimizerParams.defaults()["server_betas"] == [0.9, 0.999]

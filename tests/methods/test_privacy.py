@@ -72,7 +72,8 @@ def hand_epsilons(multiplier, shares, delta):
 
 
 @pytest.mark.parametrize("multiplier, shares, delta",
-                         [(0.8, 1, 1e-2), (2.0, 5, 1e-1), (6.5, 51, 1e-5), (20.0, 200, 1e-5), (3.0, 15, 1e-5)])
+                         [(0.8, 1, 1e-2), (2.0, 5, 1e-1), (6.5, 51, 1e-5), (20.0, 200, 1e-5), (3.0, 15, 1e-5),
+                          (50.0, 1, 1e-5)])  # its best order a ~ 340: the grid of orders must reach that far
 def test_epsilon_for_a_fixed_multiplier_equals_the_hand_computation(multiplier, shares, delta):
     mironov, balle = hand_epsilons(multiplier, shares, delta)
     epsilon = rdp_epsilon(multiplier, shares, delta)

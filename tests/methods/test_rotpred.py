@@ -30,6 +30,7 @@ def test_client_step_is_one_sgd_step_on_the_rotation_cross_entropy(synthetic_raw
     workspace = method.make_workspace(torch.device("cpu"))
     expected_net = copy.deepcopy(workspace.online)
     expected_net.load_state_dict({k[len("online."):]: v for k, v in state["weights"].items()})
+    workspace.online.eval()  # a workspace left in eval mode: the client step still trains in train mode
     upload = method.client_update(workspace, method.broadcast(state, ctx), None,
                                   ClientData(0, DATA.train_x, DATA.train_y), ctx)
     # by hand: the batch order, then the quarter turns, from the client's round stream
