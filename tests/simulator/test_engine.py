@@ -467,6 +467,7 @@ def test_sigterm_reaches_the_drivers_handler_after_ray_started_in_another_thread
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "handled"
     assert "SIGTERM received" not in done.stderr, done.stderr[-3000:]
+    assert "SIGTERM handler is not set" not in done.stderr, done.stderr[-3000:]  # Ray's warning: the driver's stays
 
 
 def test_the_evaluator_thread_computes_on_one_thread_whatever_the_driver_set_after_it_started(monkeypatch):
@@ -512,3 +513,151 @@ def test_actor_cpus_count_every_slot_but_the_driver_s_own():
     one_pool = {"num_workers": 3, "worker": {"num_cpus": 1, "num_gpus": 0.0}, "worker_pools": [],
                 "driver_simulates": True}
     assert actor_cpus({"ray": one_pool}) == 2
+
+
+# ---- the engine's bookkeeping, without Ray's processes ---------------------------------------
+
+def test_a_shares_timeout_is_the_time_left_to_its_deadline_never_below_zero_and_none_without_one():
+    """A share whose deadline passed while the driver waited for the others is asked with 0 (and, not
+    done, counted as hung): ``ray.get`` hands a negative timeout on in milliseconds, where -1 means
+    waiting for ever."""
+    import math
+
+    from simulator.engine import seconds_until
+    assert seconds_until(math.inf) is None
+    assert seconds_until(time.monotonic() - 5.0) == 0.0
+    assert 9.0 < seconds_until(time.monotonic() + 10.0) <= 10.0
+
+
+def test_the_driver_plays_the_last_slot_of_the_first_pool_without_gpus():
+    from types import SimpleNamespace
+
+    from simulator.engine import RayFederation
+    federation = SimpleNamespace(scenario={"ray": {"driver_simulates": True}},
+                                 pools={"big": {"num_gpus": 0.5}, "cpu": {"num_gpus": 0.0}, "cpu2": {"num_gpus": 0.0}},
+                                 worker_pool=["big", "cpu", "cpu", "cpu", "cpu2"])
+    assert RayFederation.driver_slot(federation) == 3
+    federation.scenario = {"ray": {"driver_simulates": False}}
+    assert RayFederation.driver_slot(federation) is None
+
+
+def test_a_slot_still_starting_is_stood_in_for_only_by_the_drivers_slot_of_its_own_pool(monkeypatch):
+    from types import SimpleNamespace
+
+    from simulator import engine
+    driver = engine.WorkerInDriver({}, {"num_cpus": 1, "num_gpus": 0.0})
+    federation = SimpleNamespace(slots=["actor 0", driver, "actor 2"], worker_pool=["cpu", "cpu", "gpu"],
+                                 booting={0: "setup 0", 2: "setup 2"})
+    monkeypatch.setattr(engine.ray, "wait", lambda refs, timeout: ([], refs))  # every setup still running
+    assert engine.RayFederation.stand_in(federation, 0) is driver
+    assert engine.RayFederation.stand_in(federation, 2) is None  # the GPU pool's share waits for its actor
+    monkeypatch.setattr(engine.ray, "wait", lambda refs, timeout: (refs, []))  # started since
+    assert engine.RayFederation.stand_in(federation, 0) is None and 0 not in federation.booting
+
+
+def test_the_summary_sums_the_worker_actors_peaks_and_counts_their_distinct_nodes():
+    from types import SimpleNamespace
+
+    from simulator.engine import RayFederation
+    answers = {"memory": [{"peak_mb": 300.0}, {"peak_mb": 200.0}], "node_id": ["node a", "node b", "node a"]}
+    federation = SimpleNamespace(ask_live_workers=answers.get, evaluator=None,
+                                 server=SimpleNamespace(peak_mb=lambda: 0.0))
+    peaks = RayFederation.peak_memory_mb(federation)
+    assert peaks["workers"] == 500.0 and peaks["evaluator"] == peaks["server"] == 0.0 and peaks["driver"] > 0
+    assert RayFederation.worker_nodes(federation) == 2
+
+
+def test_the_driver_plays_the_first_rounds_only_for_a_local_instance_of_its_own_that_nothing_needs_at_once(
+        tmp_path, monkeypatch):
+    """``ray.while_starting: driver`` applies where this run starts Ray itself (no address, none in
+    ``$RAY_ADDRESS``, not connected) and its first rounds need no actor: no GPU pool, no evaluator actor."""
+    from simulator import engine
+    monkeypatch.setattr(engine.ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(engine, "start_ray", lambda address: None)
+    monkeypatch.setattr(engine, "RayFederation", lambda scenario: "on Ray")
+    monkeypatch.setattr(engine, "RoundsWhileRayStarts", lambda scenario: "in the driver first")
+    ray_section = resolve(tiny_scenario(tmp_path))["ray"]
+
+    def started(**changes):
+        return engine.start_federation({"ray": {**ray_section, **changes}})
+    assert started() == "in the driver first"
+    assert started(while_starting="wait") == started(evaluator="actor") == started(address="auto") == "on Ray"
+    assert started(worker={"num_cpus": 1, "num_gpus": 0.5}) == "on Ray"
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert started() == "on Ray"
+
+
+def test_killing_the_evaluator_thread_cancels_the_evaluations_not_yet_started(monkeypatch):
+    import simulator.engine as engine
+    started, go = threading.Event(), threading.Event()
+
+    def load_eval_data(scenario):
+        started.set()
+        go.wait(10)
+        return "data"
+
+    monkeypatch.setattr(engine, "load_eval_data", load_eval_data)
+    monkeypatch.setattr(engine, "evaluate_networks", lambda networks, data, scenario: {"global": {"knn_top1": 0.5}})
+    evaluator = engine.EvaluatorInDriver({})
+    first = evaluator.submit({})
+    assert started.wait(10)
+    queued = [evaluator.submit({}) for _ in range(2)]
+    evaluator.kill()
+    go.set()
+    assert first.result(timeout=10) == {"global": {"knn_top1": 0.5}}
+    assert all(evaluation.cancelled() for evaluation in queued)
+
+
+def test_the_drivers_own_share_reports_no_worker_memory(monkeypatch):
+    """memory/workers_rss_mb is the actors' memory; the driver's is memory/driver_rss_mb."""
+    from simulator import engine
+    from simulator.federation import WorkerResult
+    slot = engine.WorkerInDriver({}, {"num_cpus": 1, "num_gpus": 0.0})
+    monkeypatch.setattr(engine.ray, "get", lambda refs: refs)  # the broadcast and the extras, at hand
+    monkeypatch.setattr(slot.worker, "run", lambda *args: (2, WorkerResult(samples=64, rss_mb=812.0)))
+    result = slot.run({}, {}, [3, 5], None)
+    assert (result.samples, result.rss_mb) == (64, 0.0)
+
+
+def test_starting_ray_puts_a_callers_sigterm_handler_back_and_leaves_a_default_one_to_ray(monkeypatch):
+    import signal
+
+    from simulator import engine
+
+    def rays_handler(number, frame):
+        pass
+
+    def callers_handler(number, frame):
+        pass
+
+    monkeypatch.setattr(engine.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(engine.ray, "init", lambda **kwargs: signal.signal(signal.SIGTERM, rays_handler))
+    saved = signal.getsignal(signal.SIGTERM)
+    try:
+        for before, after in ((signal.SIG_DFL, rays_handler), (callers_handler, callers_handler)):
+            signal.signal(signal.SIGTERM, before)
+            engine.start_ray("auto")
+            assert signal.getsignal(signal.SIGTERM) is after
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+def test_a_run_that_played_rounds_while_ray_started_ends_its_evaluator_thread_and_its_actors(tmp_path, monkeypatch):
+    """(A command's later runs would otherwise pile evaluator threads up, each holding its data.)"""
+    from types import SimpleNamespace
+
+    from simulator import engine
+    stopped = []
+    monkeypatch.setattr(engine, "start_ray", lambda address: None)
+    monkeypatch.setattr(engine, "RayFederation", lambda scenario: SimpleNamespace(shutdown=lambda: stopped.append(1)))
+    monkeypatch.setattr(engine, "load_eval_data", lambda scenario: "data")
+    monkeypatch.setattr(engine, "evaluate_networks", lambda networks, data, scenario: {"global": {"knn_top1": 0.5}})
+    federation = engine.RoundsWhileRayStarts(resolve(tiny_scenario(tmp_path)))
+    threads_before = set(threading.enumerate())
+    assert federation.result(federation.submit_eval({})) == {"global": {"knn_top1": 0.5}}
+    evaluators = [thread for thread in set(threading.enumerate()) - threads_before if thread.name == "fedssl-evaluator"]
+    federation.shutdown()
+    for thread in evaluators:
+        thread.join(timeout=10)
+    assert evaluators and not any(thread.is_alive() for thread in evaluators) and stopped == [1]
