@@ -470,9 +470,8 @@ def test_sigterm_reaches_the_drivers_handler_after_ray_started_in_another_thread
     assert "SIGTERM handler is not set" not in done.stderr, done.stderr[-3000:]  # Ray's warning: the driver's stays
 
 
-def test_the_evaluator_thread_computes_on_one_thread_whatever_the_driver_set_after_it_started(monkeypatch):
-    # torch gives a thread its count lazily, at its first parallel operation, from the count last set
-    # by any thread: here the driver sets 2 between the evaluator's start and its first evaluation
+def evaluation_data_held_until_go(monkeypatch):
+    """(started, go): the engine's evaluation data, once asked for, sets ``started`` and waits for ``go``."""
     import simulator.engine as engine
     started, go = threading.Event(), threading.Event()
 
@@ -481,12 +480,21 @@ def test_the_evaluator_thread_computes_on_one_thread_whatever_the_driver_set_aft
         go.wait(10)
         return "data"
 
+    monkeypatch.setattr(engine, "load_eval_data", load_eval_data)
+    return started, go
+
+
+def test_the_evaluator_thread_computes_on_one_thread_whatever_the_driver_set_after_it_started(monkeypatch):
+    # torch gives a thread its count lazily, at its first parallel operation, from the count last set
+    # by any thread: here the driver sets 2 between the evaluator's start and its first evaluation
+    import simulator.engine as engine
+    started, go = evaluation_data_held_until_go(monkeypatch)
+
     def evaluate_networks(networks, data, scenario):
         x = torch.rand(256, 256)
         (x @ x).sum().item()  # a parallel operation first, then the count it ran with
         return {"threads": torch.get_num_threads()}
 
-    monkeypatch.setattr(engine, "load_eval_data", load_eval_data)
     monkeypatch.setattr(engine, "evaluate_networks", evaluate_networks)
     saved = torch.get_num_threads()
     try:
@@ -590,14 +598,7 @@ def test_the_driver_plays_the_first_rounds_only_for_a_local_instance_of_its_own_
 
 def test_killing_the_evaluator_thread_cancels_the_evaluations_not_yet_started(monkeypatch):
     import simulator.engine as engine
-    started, go = threading.Event(), threading.Event()
-
-    def load_eval_data(scenario):
-        started.set()
-        go.wait(10)
-        return "data"
-
-    monkeypatch.setattr(engine, "load_eval_data", load_eval_data)
+    started, go = evaluation_data_held_until_go(monkeypatch)
     monkeypatch.setattr(engine, "evaluate_networks", lambda networks, data, scenario: {"global": {"knn_top1": 0.5}})
     evaluator = engine.EvaluatorInDriver({})
     first = evaluator.submit({})
