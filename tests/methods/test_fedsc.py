@@ -96,6 +96,17 @@ def test_incremental_sum_equals_recomputed_sum_after_many_partial_rounds(synthet
     assert (state["shared"] > 0).all() and state["shared"].sum() == 120
 
 
+def test_a_client_whose_matrix_is_the_only_one_trains_plain_sc(synthetic_raw):
+    # Rbar_{-j} is over the OTHER clients' matrices: with only its own shared there is none (not 0 / 0)
+    method, scenario = build(synthetic_raw, name="fedsc")
+    matrix = torch.randn(DIM, DIM, generator=torch.Generator().manual_seed(0))
+    state, _ = method.server_update(method.init_state(), None, {2: {"correlation": matrix}},
+                                    RoundContext(1, 3, (2,), 0, freeze(scenario), "share"))
+    train = RoundContext(1, 3, (2,), 0, freeze(scenario), "train")
+    assert method.client_extra(state, 2, train) is None
+    assert torch.allclose(method.client_extra(state, 0, train)["correlation"], matrix)
+
+
 def test_alpha_one_reproduces_fedavg_spectral_bitwise(synthetic_raw):
     # clip_mu small enough that the training clip bites: FedAvg+SC must clip the same way
     fedsc, scenario = build(synthetic_raw, rounds=2, name="fedsc", alpha_start=1.0, alpha_end=1.0, share_views=1,
