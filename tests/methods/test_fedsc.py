@@ -346,6 +346,15 @@ def test_reported_epsilon_uses_the_clip_sensitivity_of_each_client(synthetic_raw
     assert method.epsilon(0, 3) > method.epsilon(2, 3)  # the smaller client leaks more
 
 
+def test_the_largest_epsilon_is_over_every_client_the_last_included(synthetic_raw):
+    method, scenario = build(synthetic_raw, name="fedsc", noise_sigma=0.02, clip_mu=0.5, delta=1e-5)
+    last = len(SPEC.client_sizes) - 1  # the only client that has shared
+    _, metrics = method.server_update(method.init_state(), None, {last: {"correlation": torch.zeros(DIM, DIM)}},
+                                      RoundContext(1, 3, (last,), 0, freeze(scenario), "share"))
+    assert metrics["privacy/epsilon_max"] == pytest.approx(method.epsilon(last, 1)) and method.epsilon(last, 1) > 0
+    assert metrics["privacy/shares_max"] == 1.0
+
+
 def hand_step(h1, h2, weight, bias, others, alpha, mu, lr):
     """W and b after one SGD step (no momentum buffer yet, no weight decay) on Eq. 5 with
     z = h W^T + b clipped to norm sqrt(mu), the gradient written out by hand:
