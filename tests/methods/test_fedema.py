@@ -78,3 +78,10 @@ def test_a_fixed_ema_scaler_is_every_client_s_lambda_from_its_second_participati
 def test_bad_values_are_one_line_errors(synthetic_raw, method, key, expected):
     with pytest.raises(ValueError, match=re.escape(f"<scenario>: method.{key}: expected {expected}")):
         make(synthetic_raw, "fedema", **method)
+
+
+def test_fedema_s_default_tau_is_the_easyfl_readme_s(synthetic_raw):
+    """tau = 0.7, the ``--auto_scaler_target`` of EasyFL's FedEMA README runs (its ``main.py`` defaults to
+    0.8); ``fedavg/fedema.yaml`` leaves it at the default. No fixed scaler: lambda = tau / d."""
+    _, method = make(synthetic_raw, "fedema")
+    assert method.config.ema_tau == 0.7 and method.config.ema_scaler == 0.0
