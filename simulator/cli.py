@@ -399,15 +399,33 @@ def check_before_running(scenario: dict, source: str) -> None:
         except FileExistsError as err:
             raise ScenarioError(source, key, str(err)) from None
     try:
-        sizes = PartitionReader(prepare_partition(scenario)).sizes
+        partition_dir = prepare_partition(scenario)
     except ValueError as err:  # raised by partitioners for impossible settings
         raise ScenarioError(source, "partition", str(err)) from None
+    sizes = PartitionReader(partition_dir).sizes
+    check_network_size(scenario, source, partition_dir)
     training = scenario["training"]
     if training["drop_last"] and training["batch_size"] > sizes.max():
         raise ScenarioError(source, "training.batch_size",
                             f"expected at most {sizes.max()} (the largest client's samples) with training.drop_last, "
                             f"which skips incomplete batches: no client would take a step; "
                             f"got {training['batch_size']}")
+
+
+def check_network_size(scenario: dict, source: str, partition_dir) -> None:
+    """Fail early (ScenarioError under ``model``) when the networks' weights alone would not fit in
+    this machine's memory (widths such as ``model.hidden_dim: 100000000000``), which torch would
+    otherwise report as its allocator's traceback once the run has started; counted on the meta
+    device (:func:`simulator.resources.workspace_state_bytes`)."""
+    from methods import build_method
+    from simulator.resources import machine_memory_bytes, workspace_state_bytes
+    from simulator.run import data_spec
+    memory = machine_memory_bytes()
+    needed = workspace_state_bytes(build_method(scenario, data_spec(Path(partition_dir), scenario)))
+    if memory is not None and needed > memory:
+        raise ScenarioError(source, "model", f"the networks' weights alone take {needed / 2**30:,.1f} GiB, more than "
+                                             f"this machine's {memory / 2**30:,.1f} GiB of memory; expected smaller "
+                                             f"widths (model.encoder, model.hidden_dim, model.projector_dim)")
 
 
 def main(argv: list[str] | None = None) -> int:

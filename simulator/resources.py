@@ -144,6 +144,24 @@ def cuda_determinism(on: bool) -> None:
     torch.backends.cudnn.benchmark = False
 
 
+def machine_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (``sysconf``), or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def workspace_state_bytes(method) -> int:
+    """Bytes of the networks' state (weights and buffers, an EMA target's included) of one worker's
+    workspace of ``method`` (:meth:`methods.base.Method.make_workspace`; a list of them for a
+    method with one per tier), built on torch's meta device: counted, nothing allocated."""
+    with torch.device("meta"):
+        workspace = method.make_workspace(torch.device("meta"))
+    spaces = workspace if isinstance(workspace, (list, tuple)) else [workspace]
+    return sum(t.numel() * t.element_size() for space in spaces for t in space.slots.values())
+
+
 def process_start_time() -> float | None:
     """When this process was launched (Unix time, from /proc), or None where /proc is missing."""
     try:

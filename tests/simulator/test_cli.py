@@ -52,6 +52,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(synthetic_raw, tmp_path
          f"output.dir: {tmp_path / 'notes.txt' / 'runs'}: lies under the file {tmp_path / 'notes.txt'}"),
         ({**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "cache_dir": str(tmp_path / "notes.txt")}},
          f"dataset.cache_dir: {tmp_path / 'notes.txt'}: is a file; expected a directory"),
+        # widths whose weights no machine holds: not torch's allocator traceback once the run has begun;
+        # the projector's two layers from the small CNN's 128 features: (128 + 1 + 32) x 10^11 floats
+        ({**synthetic_raw, "model": {"hidden_dim": 10**11, "projector_dim": 32}},
+         f"model: the networks' weights alone take {(128 + 1 + 32) * 10**11 * 4 / 2**30:,.1f} GiB, more than "
+         f"this machine's "),
     ]
     (tmp_path / "notes.txt").write_text("data")
     for raw, expected in cases:

@@ -8,7 +8,10 @@ import warnings
 import pytest
 import torch
 
-from simulator.resources import cpu_flags, cpu_numerics, onednn_isa
+from methods import build_method
+from methods.base import DataSpec
+from simulator.resources import cpu_flags, cpu_numerics, onednn_isa, workspace_state_bytes
+from simulator.scenario import resolve
 
 AVX512_FLAGS = {"sse4_1", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
 AVX2_FLAGS = {"sse4_1", "avx", "avx2", "fma"}
@@ -119,3 +122,22 @@ def test_an_op_that_ran_without_a_deterministic_kernel_is_named_in_a_gpu_workers
         assert resources.process_numerics("cpu") == f"torch {torch.__version__}, CPU {resources.process_cpu_numerics()}"
     finally:
         resources.cuda_determinism(False)
+
+
+@pytest.mark.parametrize("method", [
+    {"name": "fedavg", "objective": "simclr"},
+    {"name": "fedavg", "objective": "byol"},  # with the EMA target (encoder and projector)
+    {"name": "hetero_ssfl", "objective": "byol", "rad_size": 8, "rad_batch_size": 8,  # one workspace per tier
+     "tiers": [{"fraction": 0.5, "encoder": "small_cnn"}, {"fraction": 0.5, "encoder": "large_cnn"}]},
+])
+def test_workspace_state_bytes_counts_every_network_of_a_worker_without_allocating(synthetic_raw, method):
+    scenario = resolve({**synthetic_raw, "method": method})
+    spec = DataSpec(1, 28, 10, (40,) * 8)
+    counted = workspace_state_bytes(build_method(scenario, spec))
+    workspace = build_method(scenario, spec).make_workspace(torch.device("cpu"))
+    held = 0
+    for space in workspace if isinstance(workspace, list) else [workspace]:
+        for networks in (space.online, space.target):
+            if networks is not None:
+                held += sum(t.numel() * t.element_size() for t in (*networks.parameters(), *networks.buffers()))
+    assert counted == held > 0
