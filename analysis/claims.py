@@ -243,7 +243,7 @@ def arm_scenarios(suite: Suite) -> dict[tuple[str, int], dict]:
         for seed in suite.seeds:
             try:
                 scenarios[arm.name, seed] = load_scenario(arm.scenario, [*suite.shared_overrides, *arm.overrides,
-                                                                         f"seed={seed}"])
+                                                                         f"seed={seed}"], overrides_source="set")
             except ScenarioError as err:
                 raise ScenarioError(suite.path, f"arms.{arm.name}", str(err)) from None
             for metric in (suite.primary, *suite.secondary):

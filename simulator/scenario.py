@@ -98,6 +98,7 @@ class ScenarioError(ValueError):
 
     def __init__(self, source: str, key: str, message: str):
         super().__init__(f"{source}: {key}: {message}")
+        self.key, self.message = key, message
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -166,15 +167,30 @@ def read_yaml(path: str | Path) -> Any:
         raise ScenarioError(source, where, f"not valid YAML ({getattr(err, 'problem', err)})") from None
 
 
-def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
-    """Read, override, complete with defaults and validate a scenario file."""
+def load_scenario(path: str | Path, overrides: list[str] = (), overrides_source: str = "--set") -> dict[str, Any]:
+    """Read, override, complete with defaults and validate a scenario file; an error in a value the
+    overrides set names ``overrides_source`` (the command line's ``--set``, a claim suite's ``set``)
+    in the file's place."""
     source = str(path)
     raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise ScenarioError(source, "-", "expected a mapping of sections at the top level")
     for item in overrides:
         apply_override(raw, item)
-    return resolve(raw, source)
+    try:
+        return resolve(raw, source)
+    except ScenarioError as err:  # a value the command line set is named as the command line's
+        set_keys = [item.partition("=")[0] for item in overrides]
+        if any(overridden(err.key, key) for key in set_keys):
+            raise ScenarioError(overrides_source, err.key, err.message) from None
+        raise
+
+
+def overridden(key: str, set_key: str) -> bool:
+    """Whether the scenario key ``key`` (``eval.knn_k``, ``population.speed_tiers[0].fraction``) is, lies
+    under, or holds the dotted key ``set_key`` that ``--set`` changed."""
+    return any(outer == inner or inner.startswith((outer + ".", outer + "["))
+               for outer, inner in ((set_key, key), (key, set_key)))
 
 
 def apply_override(raw: dict, item: str) -> None:

@@ -443,6 +443,7 @@ def test_a_deadline_that_comes_when_every_run_has_finished_prints_the_claim(tmp_
 
 def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_raw, capsys):
     scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
+    bad_file = write_yaml(tmp_path / "bad.yaml", {**synthetic_raw, "training": {"lr": -1}})
     good = {"claim": "x", "seeds": [0, 1], "primary": "linear_top1",
             "arms": {"a": {"scenario": str(scenario_file)}, "b": {"scenario": str(scenario_file),
                                                                   "set": ["training.lr=0.01"]}},
@@ -471,7 +472,12 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
         ({"arms": {"a": {"scenario": str(tmp_path / "missing.yaml")}, "b": {"scenario": str(scenario_file)}}},
          "arms.a: " + str(tmp_path / "missing.yaml") + ": -: cannot read the file"),
         ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["training.lr=-1"]}}},
-         "arms.b: " + str(scenario_file) + ": training.lr: expected a positive number, got -1"),
+         "arms.b: set: training.lr: expected a positive number, got -1"),
+        ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["training.rounds=2"]}},
+          "set": ["training.lr=-1"]},  # the suite's shared overrides, as the arm's own
+         "arms.a: set: training.lr: expected a positive number, got -1"),
+        ({"arms": {**good["arms"], "b": {"scenario": str(bad_file)}}},
+         "arms.b: " + str(bad_file) + ": training.lr: expected a positive number, got -1"),
     ]
     for change, expected in cases:
         suite = write_yaml(tmp_path / "suite.yaml", {**good, **change})

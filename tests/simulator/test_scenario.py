@@ -233,7 +233,7 @@ def test_nullable_keys_take_their_own_type_and_only_they_read_a_whole_float_as_a
                           ("training.rounds=7.0", "training.rounds: expected an integer, got 7.0")):
         with pytest.raises(ScenarioError) as err:
             load_scenario(path, [item])
-        assert str(err.value) == f"{path}: {message}"
+        assert str(err.value) == f"--set: {message}"
 
 
 @pytest.mark.parametrize("raw", [
@@ -296,6 +296,32 @@ def test_an_availability_trace_naming_a_client_outside_the_population_is_refused
         load_scenario(path)
     assert str(err.value) == (f"{path}: population.availability_trace: expected client ids in [0, 5) "
                               f"(population.num_clients), got 5 in {outside}")
+
+
+def test_a_bad_value_set_on_the_command_line_is_named_as_the_command_line_s(tmp_path):
+    """``fedssl run/validate/evaluate --set``: the error names ``--set`` for a key it set, under it,
+    or holding it, and the file for the file's own values, even beside a good override."""
+    path = write(tmp_path, {"name": "x"})
+    cases = [
+        (["eval.knn_k=-3"], "--set: eval.knn_k: expected a positive number, got -3"),
+        (["eval.nope=3"], "--set: eval.nope: unknown key; expected one of "),
+        (["eval=3"], "--set: eval: expected a mapping, got int"),
+        (["training.foo.bar=1"], "--set: training.foo: unknown key; expected one of "),  # the key named holds it
+        (["population.speed_tiers=[{fraction: 2, samples_per_second: 1}]"],
+         "--set: population.speed_tiers: expected fractions summing to 1, got 2"),
+        (["population.speed_tiers=[{fraction: 1, samples_per_second: -1}]"],  # under the key set
+         "--set: population.speed_tiers[0].samples_per_second: expected a positive number, got -1"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(path, overrides)
+        assert str(err.value).startswith(message), (overrides, str(err.value))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntraining: {lr_schedule: step}\n")
+    for overrides in (["eval.every=2"], ["training.lr=0.1"]):  # a prefix of the key is another key
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(bad, overrides)
+        assert str(err.value).startswith(f"{bad}: training.lr_schedule: expected one of ")
 
 
 def test_a_set_splits_at_its_first_equals_sign_and_needs_a_key_and_sections_to_walk(tmp_path):
