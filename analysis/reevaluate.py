@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.evaluation.monitor import evaluate_networks, load_eval_data, raw_pixels, summarize_evaluations
+from simulator.evaluation.monitor import EvaluationCache, load_eval_data, raw_pixels, summarize_evaluations
 from analysis.report import group_means
 from methods import build_method
 from simulator.federation import Server
@@ -29,11 +29,13 @@ def evaluation_overrides(overrides: list[str]) -> list[str]:
     return overrides
 
 
-def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
+def evaluate_run(run_dir: Path, overrides: list[str] = (), cache: EvaluationCache | None = None) -> dict:
     """The run's initial (round 0) and final (newest checkpoint) metrics and its raw-pixel reference
     (``pixels``, where ``eval.pixel_reference``) under the changed protocol,
     as :func:`analysis.report.read_run` gives them (``rounds_completed``: the checkpoint's round,
-    ``wall_seconds``: the run's time up to it). Raises ValueError for a directory with no checkpoint."""
+    ``wall_seconds``: the run's time up to it). Raises ValueError for a directory with no checkpoint.
+    ``cache``: evaluations shared across the runs of one command (the same pixels and round-0 networks)."""
+    cache = cache if cache is not None else EvaluationCache()
     check_run_dir(run_dir)
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None and (run_dir / "summary.json").exists():  # a kept run: results/runs/ keeps no checkpoints
@@ -51,7 +53,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = ()) -> dict:
 
     with threads(1):  # as the run's evaluator, so that unchanged settings give its numbers
         data = load_eval_data(scenario)
-        evaluate = lambda networks: summarize_evaluations(evaluate_networks(networks, data, scenario))
+        evaluate = lambda networks: summarize_evaluations(cache.evaluate_networks(networks, data, scenario))
         pixels = evaluate(raw_pixels())[0] if scenario["eval"]["pixel_reference"] else None
         initial, _ = evaluate(server.eval_networks(lambda cid: None))
         server.state = saved["state"]

@@ -137,7 +137,9 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
             runs = [read_run(Path(d)) for d in run_dirs]
         else:
             from analysis.reevaluate import evaluate_run
-            runs = [evaluate_run(Path(d), overrides) for d in run_dirs]
+            from simulator.evaluation.monitor import EvaluationCache
+            cache = EvaluationCache()  # the runs' shared pixels and round-0 networks evaluated once
+            runs = [evaluate_run(Path(d), overrides, cache) for d in run_dirs]
         from analysis.claims import same_name_notes
         for note in same_name_notes(runs):
             print(note, file=sys.stderr)

@@ -1,6 +1,8 @@
 """Evaluation of a run's encoder: the labelled data it uses and the metrics it reports."""
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import statistics
 from collections import defaultdict
@@ -140,6 +142,58 @@ def evaluate_networks(networks: Mapping[str, torch.nn.ModuleDict], data: EvalDat
                       ) -> dict[str, dict[str, float]]:
     """:func:`evaluate_network` of each labelled network."""
     return {label: evaluate_network(network, data, scenario) for label, network in networks.items()}
+
+
+def tensor_digest(hasher, tensor: torch.Tensor | None) -> None:
+    """Feed ``tensor``'s dtype, shape and bytes (or its absence) to ``hasher``."""
+    if tensor is None:
+        hasher.update(b"none")
+        return
+    tensor = tensor.detach().cpu().contiguous()
+    hasher.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+    hasher.update(tensor.reshape(-1).view(torch.uint8).numpy())
+
+
+class EvaluationCache:
+    """:func:`evaluate_networks` evaluating each network once per evaluation data, settings and
+    weights: re-evaluating a claim's runs (``fedssl evaluate``) meets the same raw pixels in every run
+    of a seed and the same round-0 network in every arm of a seed that shares its architecture. The
+    key digests the data's tensors, all that :func:`evaluate_network` reads of the scenario (its
+    ``eval`` and ``augment`` sections and seed) and the network's structure and state, so a hit is
+    exactly what evaluating again would give in the same process (evaluation is deterministic in them)."""
+
+    def __init__(self):
+        self.results: dict[tuple[str, str], dict[str, float]] = {}
+        self.data, self.data_key = None, ""  # the last data evaluated and its digest (a run's, several calls)
+
+    def settings_key(self, data: EvalData, scenario: Mapping[str, Any]) -> str:
+        if data is not self.data:
+            hasher = hashlib.blake2b()
+            for tensor in (data.train_x, data.train_y, data.test_x, data.test_y, data.labelled_x, data.labelled_y):
+                tensor_digest(hasher, tensor)
+            hasher.update(str(data.num_classes).encode())
+            self.data, self.data_key = data, hasher.hexdigest()
+        read = [scenario["eval"], scenario["augment"], scenario["seed"]]
+        return self.data_key + json.dumps(read, sort_keys=True)
+
+    @staticmethod
+    def network_key(network: torch.nn.ModuleDict) -> str:
+        hasher = hashlib.blake2b(repr(network).encode())
+        for name, tensor in network.state_dict().items():
+            hasher.update(name.encode())
+            tensor_digest(hasher, tensor)
+        return hasher.hexdigest()
+
+    def evaluate_networks(self, networks: Mapping[str, torch.nn.ModuleDict], data: EvalData,
+                          scenario: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        settings = self.settings_key(data, scenario)
+        evaluations = {}
+        for label, network in networks.items():
+            key = (settings, self.network_key(network))
+            if key not in self.results:
+                self.results[key] = evaluate_network(network, data, scenario)
+            evaluations[label] = dict(self.results[key])
+        return evaluations
 
 
 def summarize_evaluations(evaluations: dict[str, dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:

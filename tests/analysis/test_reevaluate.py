@@ -174,3 +174,26 @@ def test_a_scenario_yaml_without_its_seed_is_one_line_not_the_default_seeds_eval
                                        f"fedssl run writes (a mapping with name and seed)\n")
     with pytest.raises(ScenarioError, match="expected the resolved scenario fedssl run writes"):
         evaluate_run(run_dir)  # before anything is evaluated (report's own check would catch it only after)
+
+
+def test_one_command_evaluates_the_pixels_and_round_0_network_its_runs_share_once(tmp_path, monkeypatch):
+    """Runs of one seed share the raw pixels and, with one architecture, the round-0 network: a
+    command evaluates each once, and every run's numbers are those it gets evaluated alone."""
+    from simulator.evaluation import monitor
+    raw = {**tiny_scenario(tmp_path), "executor": "in_process"}
+    runs = [finished_run(raw, tmp_path, "a"),
+            finished_run({**raw, "training": {**raw["training"], "lr": 0.01}}, tmp_path, "b"),
+            finished_run({**raw, "seed": 4}, tmp_path, "c")]
+    alone = [evaluate_run(run_dir, ["eval.knn_k=5"]) for run_dir in runs]
+    evaluated = []
+    real = monitor.evaluate_network
+    monkeypatch.setattr(monitor, "evaluate_network", lambda network, *args: evaluated.append(1) or real(network, *args))
+    cache = monitor.EvaluationCache()
+    shared = [evaluate_run(run_dir, ["eval.knn_k=5"], cache) for run_dir in runs]
+    assert shared == alone
+    assert alone[0]["initial"] == alone[1]["initial"] and alone[0]["final"] != alone[1]["final"]
+    assert alone[0]["initial"] != alone[2]["initial"] and alone[0]["pixels"] != alone[2]["pixels"]
+    # a: pixels, round 0, final; b: its final; c (another seed: other subsets, draws, network): all three
+    assert len(evaluated) == 3 + 1 + 3
+    evaluate_run(runs[0], ["eval.knn_k=6"], cache)  # other settings: evaluated again
+    assert len(evaluated) == 3 + 1 + 3 + 3

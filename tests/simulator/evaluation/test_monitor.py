@@ -237,3 +237,44 @@ def test_the_raw_pixel_reference_is_the_protocol_on_the_images_themselves():
     metrics = evaluate_networks(raw_pixels(), data, scenario)["global"]
     assert metrics["knn_top1"] == pytest.approx(knn_hand, abs=1e-12)
     assert metrics["linear_top1"] == pytest.approx(probe_hand, abs=1e-12)
+
+
+def test_the_evaluation_cache_evaluates_again_whatever_its_key_holds_changes(synthetic_raw, monkeypatch):
+    """A hit needs the same data tensors, eval/augment settings and seed, network structure and state."""
+    import dataclasses
+
+    import torch
+
+    from simulator.evaluation import monitor
+    from simulator.scenario import resolve
+    scenario = resolve(synthetic_raw)
+    data = monitor.load_eval_data(scenario)
+    torch.manual_seed(0)
+    network = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))})
+    evaluated = []
+    real = monitor.evaluate_network
+    monkeypatch.setattr(monitor, "evaluate_network", lambda *args: evaluated.append(1) or real(*args))
+    cache = monitor.EvaluationCache()
+    first = cache.evaluate_networks({"global": network}, data, scenario)
+    assert first == {"global": real(network, data, scenario)} and len(evaluated) == 1
+    same_data = monitor.load_eval_data(scenario)  # loaded again: equal tensors, another object
+    assert cache.evaluate_networks({"a": network, "b": network}, same_data, scenario) == {"a": first["global"],
+                                                                                         "b": first["global"]}
+    assert len(evaluated) == 1
+    test_x = data.test_x.clone()
+    test_x[0, 0, 0, 0] ^= 1  # one pixel of one test image
+    other_network = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))})
+    other_network.load_state_dict(network.state_dict())
+    with torch.no_grad():
+        other_network["encoder"][1].bias[0] += 1e-6
+    wider = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16),
+                                                                torch.nn.ReLU())})
+    wider.load_state_dict(network.state_dict())  # same state, another structure
+    changes = [({"global": network}, dataclasses.replace(data, test_x=test_x), scenario),
+               ({"global": network}, data, {**scenario, "seed": scenario["seed"] + 1}),
+               ({"global": network}, data, {**scenario, "eval": {**scenario["eval"], "knn_k": 7}}),
+               ({"global": network}, data, {**scenario, "augment": {**scenario["augment"], "flip_prob": 0.0}}),
+               ({"global": other_network}, data, scenario), ({"global": wider}, data, scenario)]
+    for count, (networks, changed_data, changed_scenario) in enumerate(changes, start=2):
+        cache.evaluate_networks(networks, changed_data, changed_scenario)
+        assert len(evaluated) == count
