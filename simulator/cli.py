@@ -423,11 +423,15 @@ def check_network_size(scenario: dict, source: str, partition_dir) -> None:
     from simulator.resources import machine_memory_bytes, workspace_state_bytes
     from simulator.run import data_spec
     memory = machine_memory_bytes()
-    needed = workspace_state_bytes(build_method(scenario, data_spec(Path(partition_dir), scenario)))
+    widths = "expected smaller widths (model.encoder, model.hidden_dim, model.projector_dim)"
+    try:
+        needed = workspace_state_bytes(build_method(scenario, data_spec(Path(partition_dir), scenario)))
+    except (TypeError, OverflowError, RuntimeError) as err:  # a width past torch's 64-bit sizes
+        raise ScenarioError(source, "model", f"torch cannot make tensors of these widths ({type(err).__name__}); "
+                                             f"{widths}") from None
     if memory is not None and needed > memory:
         raise ScenarioError(source, "model", f"the networks' weights alone take {needed / 2**30:,.1f} GiB, more than "
-                                             f"this machine's {memory / 2**30:,.1f} GiB of memory; expected smaller "
-                                             f"widths (model.encoder, model.hidden_dim, model.projector_dim)")
+                                             f"this machine's {memory / 2**30:,.1f} GiB of memory; {widths}")
 
 
 def main(argv: list[str] | None = None) -> int:

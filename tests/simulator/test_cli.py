@@ -57,6 +57,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(synthetic_raw, tmp_path
         ({**synthetic_raw, "model": {"hidden_dim": 10**11, "projector_dim": 32}},
          f"model: the networks' weights alone take {(128 + 1 + 32) * 10**11 * 4 / 2**30:,.1f} GiB, more than "
          f"this machine's "),
+        ({**synthetic_raw, "model": {"projector_dim": 10**20}},  # past torch's 64-bit sizes
+         "model: torch cannot make tensors of these widths (TypeError); expected smaller widths ("),
     ]
     (tmp_path / "notes.txt").write_text("data")
     for raw, expected in cases:
