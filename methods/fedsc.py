@@ -175,7 +175,9 @@ class FedSC(FedAvg):
             ("share_clip_mu", (c.share_clip_mu or c.clip_mu) > 0,
              "a positive number when method.clip_mu is 0 (DP-CalR's NormClip needs a bound)"),
             ("noise_sigma", c.noise_sigma >= 0, "a non-negative number"),
-            ("target_epsilon", c.target_epsilon >= 0, "a non-negative number"),
+            # Opacus's search for the noise multiplier resolves epsilon to 0.01, which float64 cannot past
+            # ~1e13 (it never ends); by 1e6 the noise multiplier is 0.0035, noise that protects nothing
+            ("target_epsilon", 0 <= c.target_epsilon <= 1e6, "a number in [0, 1e6] (0: no target)"),
             ("target_epsilon", c.noise_sigma == 0 or c.target_epsilon == 0,
              "0 when method.noise_sigma is set (give one of them)"),
             ("delta", 0 < c.delta < 1, "a number in (0, 1)"),

@@ -191,6 +191,9 @@ def test_dp_noise_scale_and_per_client_epsilon(synthetic_raw):
     ({"alpha_end": 1.5}, r"method.alpha_end: expected a number in \[0, 1\], got 1.5"),
     ({"noise_sigma": 0.01, "target_epsilon": 3.0}, "method.target_epsilon: expected 0 when"),
     ({"delta": 1.0}, r"method.delta: expected a number in \(0, 1\), got 1.0"),
+    ({"target_epsilon": -1.0}, r"method.target_epsilon: expected a number in \[0, 1e6\] \(0: no target\), got -1.0"),
+    # past 1e6 (at 1e300 Opacus's search for the noise multiplier never ended)
+    ({"target_epsilon": 2e6}, r"method.target_epsilon: expected a number in \[0, 1e6\] \(0: no target\), got 2"),
     ({"share_clip_mu": -1.0}, r"method.share_clip_mu: expected a non-negative number \(0: method.clip_mu\), got -1.0"),
     ({"clip_mu": 0.0}, "method.share_clip_mu: expected a positive number when method.clip_mu is 0"),
     ({"clip_mu": -1.0}, "method.clip_mu: expected a non-negative number, got -1.0"),
