@@ -110,8 +110,8 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
     is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's checks before running)."""
     from simulator.run import run_scenario, stop_signals
     keys, combos = grid(overs)
-    scenarios = [load_scenario(scenario_file, [*sets, *combo], overrides_source="--set/--over")  # all valid before any runs
-                 for combo in combos]
+    # all valid before any runs
+    scenarios = [load_scenario(scenario_file, [*sets, *combo], overrides_source="--set/--over") for combo in combos]
     if check is not None:
         for combo, scenario in zip(combos, scenarios):
             check(scenario, f"{scenario_file} ({', '.join(combo)})")

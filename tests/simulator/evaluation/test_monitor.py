@@ -241,6 +241,7 @@ def test_the_raw_pixel_reference_is_the_protocol_on_the_images_themselves():
 
 def test_the_evaluation_cache_evaluates_again_whatever_its_key_holds_changes(synthetic_raw, monkeypatch):
     """A hit needs the same data tensors, eval/augment settings and seed, network structure and state."""
+    import copy
     import dataclasses
 
     import torch
@@ -263,8 +264,7 @@ def test_the_evaluation_cache_evaluates_again_whatever_its_key_holds_changes(syn
     assert len(evaluated) == 1
     test_x = data.test_x.clone()
     test_x[0, 0, 0, 0] ^= 1  # one pixel of one test image
-    other_network = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))})
-    other_network.load_state_dict(network.state_dict())
+    other_network = copy.deepcopy(network)
     with torch.no_grad():
         other_network["encoder"][1].bias[0] += 1e-6
     wider = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16),
