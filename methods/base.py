@@ -20,7 +20,7 @@ from torch import nn
 from methods.params import Params
 from simulator.augment import AugmentConfig
 from simulator.context import RoundContext
-from simulator.records import RecordError, check_records
+from simulator.records import RecordError, check_records, out_of_float32
 from simulator.stats import Stats
 
 
@@ -175,6 +175,8 @@ class Method:
             if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
                 expected = "finite numbers" if numbers is value else "a finite number"
                 raise ParamError(key, f"expected {expected}, got {value!r}")
+            if (too_large := next(filter(None, map(out_of_float32, numbers)), None)) is not None:
+                raise ParamError(key, f"expected {too_large}, got {value!r}")
         for key, ok, expected in cls.param_rules(cls.Params.from_config(config), scenario):
             if not ok:
                 raise ParamError(key, f"expected {expected}, got {config[key]!r}")

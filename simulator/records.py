@@ -9,6 +9,7 @@ into their one line.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -31,6 +32,17 @@ class Field:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# the largest float32: a scenario's float that training or evaluation turns into a tensor must be within it
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def out_of_float32(value: Any) -> str | None:
+    """What is wrong with a float no float32 holds (``expected ..., got ...`` without the value), or None."""
+    if isinstance(value, float) and math.isfinite(value) and abs(value) > FLOAT32_MAX:
+        return "a number within float32's range (at most 3.4e38 in size: fedssl computes in float32)"
+    return None
 
 
 POSITIVE_NUMBER = Field(lambda v: is_number(v) and v > 0, "a positive number")

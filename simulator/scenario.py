@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from simulator.records import (GPU_COUNT, NON_NEGATIVE_NUMBER, POSITIVE_INTEGER, POSITIVE_NUMBER, STRING, RecordError,
-                               check_records, is_number)
+                               check_records, is_number, out_of_float32)
 
 DEFAULTS: dict[str, Any] = {
     "name": "unnamed",
@@ -83,6 +83,9 @@ NON_NEGATIVE = {"seed", "training.momentum", "training.weight_decay", "training.
                 "ray.worker.num_gpus", "augment.brightness",
                 "augment.contrast", "augment.saturation", "population.availability_spread",
                 "population.diurnal_amplitude", "population.over_selection"}
+# Floats that training or evaluation makes tensors of (float32): a larger one is an error, not torch's overflow.
+FLOAT32 = {"training.lr", "training.weight_decay", "augment.brightness", "augment.contrast", "augment.saturation",
+           "eval.knn_temperature", "eval.finetune_lr"}
 PROBABILITIES = {"population.dropout", "population.availability", "augment.flip_prob", "augment.jitter_prob",
                  "augment.grayscale_prob"}
 
@@ -311,6 +314,8 @@ def check_values(scenario: dict, source: str) -> None:
             continue
         if not math.isfinite(value):
             raise ScenarioError(source, key, f"expected a finite number, got {value!r}")
+        if key in FLOAT32 and (too_large := out_of_float32(value)) is not None:
+            raise ScenarioError(source, key, f"expected {too_large}, got {value!r}")
         if key in POSITIVE and value <= 0:
             raise ScenarioError(source, key, f"expected a positive number, got {value!r}")
         if key in NON_NEGATIVE and value < 0:

@@ -7,6 +7,7 @@ import torch
 
 from methods import METHODS
 from methods.base import ClientUpload, ParamError
+from simulator.records import FLOAT32_MAX
 from simulator.stats import Stats
 
 
@@ -32,6 +33,20 @@ def test_every_float_parameter_rejects_infinity_and_nan(name, key, bad):
     kind = "finite numbers" if isinstance(default, list) else "a finite number"
     with pytest.raises(ParamError, match=rf"^method.{key}: expected {kind}, got "):
         METHODS[name].check_params(config, {"training": {"rounds": 10}})
+
+
+@pytest.mark.parametrize("name, key", FLOAT_KEYS, ids=[f"{n}.{k}" for n, k in FLOAT_KEYS])
+def test_every_float_parameter_rejects_a_value_past_float32(name, key):
+    """Training makes float32 tensors of a method's numbers: 1e300 (a server learning rate of it was
+    torch's overflow traceback in the optimiser) is one line, and float32's largest passes this check."""
+    default = METHODS[name].params[key]
+    with_value = lambda v: {**METHODS[name].params, key: [default[0], v, *default[2:]] if isinstance(default, list) else v}
+    with pytest.raises(ParamError, match=rf"^method.{key}: expected a number within float32's range \(at most 3.4e38"):
+        METHODS[name].check_params(with_value(-1e300), {"training": {"rounds": 10}})
+    try:
+        METHODS[name].check_params(with_value(FLOAT32_MAX), {"training": {"rounds": 10, "centralized": False}})
+    except ParamError as err:  # only the method's own rules may refuse it
+        assert "float32" not in err.message
 
 
 def test_bytes_by_kind_sums_the_uploads_tensors_per_payload_kind():

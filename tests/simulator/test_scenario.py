@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.scenario import ScenarioError, load_scenario, parse_yaml
+from simulator.records import FLOAT32_MAX
+from simulator.scenario import FLOAT32, NON_NEGATIVE, POSITIVE, ScenarioError, load_scenario, lookup, parse_yaml
 
 SCENARIOS = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").rglob("*.yaml"))
 
@@ -282,6 +283,23 @@ def test_values_on_the_refused_side_of_each_rule_are_one_exact_line(tmp_path, ra
     with pytest.raises(ScenarioError) as err:
         load_scenario(path)
     assert str(err.value) == f"{path}: {key}: {message}"
+
+
+@pytest.mark.parametrize("key", sorted(FLOAT32))
+def test_floats_made_into_tensors_are_within_float32(tmp_path, key):
+    """``training.lr: 1e300`` was torch's overflow traceback in the first optimiser step; float32's
+    largest value is accepted (what it does to training is the run's own line), and keys that never
+    become tensors (a deadline) take larger ones."""
+    section, name = key.split(".")
+    path = write(tmp_path, {section: {name: 1e39}})
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == (f"{path}: {key}: expected a number within float32's range (at most 3.4e38 in size: "
+                              f"fedssl computes in float32), got 1e+39")
+    assert lookup(load_scenario(write(tmp_path, {section: {name: FLOAT32_MAX}})), key) == FLOAT32_MAX
+    assert FLOAT32 <= POSITIVE | NON_NEGATIVE  # every one is checked
+    assert load_scenario(write(tmp_path, {"population": {"deadline_seconds": 1e300}}))["population"][
+        "deadline_seconds"] == 1e300
 
 
 def test_an_availability_trace_naming_a_client_outside_the_population_is_refused(tmp_path):
