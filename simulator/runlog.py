@@ -137,6 +137,24 @@ def new_run_dir(out: str | None, scenario: dict) -> Path:
     return run_dir
 
 
+def open_event_writer(directory: Path, purge_step: int | None):
+    """A TensorBoard writer whose event file sorts after every file already in ``directory``.
+
+    TensorBoard reads a directory's event files in name order, and a purge only drops what was read
+    before it. The name is ``events.out.tfevents.<second>.<host>.<pid>.<counter>``: the zero-padded
+    second orders files of different seconds, but within one second the per-process counter compares
+    as text ("10" before "9"), and another process's pid in any order; a resume or a rewind in the
+    same second as the file it follows could be read first and its purge lost. So the new file waits
+    for a later second than the newest one there (at most a second, only then)."""
+    from torch.utils.tensorboard import SummaryWriter
+    seconds = [int(p.name.split(".")[3]) for p in directory.glob("events.out.tfevents.*")
+               if p.name.split(".")[3].isdigit()]
+    if seconds:
+        while int(time.time()) <= max(seconds):
+            time.sleep(max(0.0, max(seconds) + 1 - time.time()) + 0.001)
+    return SummaryWriter(str(directory), purge_step=purge_step)
+
+
 class RunLog:
     """Long-format metrics (round, name, value, wall time) to Parquet and TensorBoard."""
 
@@ -145,11 +163,10 @@ class RunLog:
 
     def __init__(self, run_dir: Path, start: float, rows: list | None = None, purge_step: int | None = None):
         """``rows`` and ``purge_step`` resume a log: events at or after ``purge_step`` are dropped."""
-        from torch.utils.tensorboard import SummaryWriter
         self.run_dir = run_dir
         self.start = start
         self.rows: list[tuple[int, str, float, float]] = list(rows or [])
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
+        self.writer = open_event_writer(run_dir / "tensorboard", purge_step)
 
     # TensorBoard's custom-scalars dashboard: each chart gathers the tags its regular expressions match
     LAYOUT = {
@@ -174,10 +191,9 @@ class RunLog:
 
     def rewind(self, rows: list, purge_step: int) -> None:
         """Back to a checkpoint's ``rows``: TensorBoard drops the events from ``purge_step`` on."""
-        from torch.utils.tensorboard import SummaryWriter
         self.writer.close()
         self.rows = list(rows)
-        self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_step)
+        self.writer = open_event_writer(self.run_dir / "tensorboard", purge_step)
 
     def log(self, round_index: int, metrics: dict[str, float]) -> None:
         wall = time.time() - self.start

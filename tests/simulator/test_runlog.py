@@ -126,8 +126,11 @@ def test_the_summary_reads_back_and_a_damaged_one_is_an_error_naming_it(tmp_path
         runlog.read_summary(tmp_path)
 
 
-def test_the_metrics_log_writes_rows_by_round_and_name_and_resumes_from_a_checkpoints_rows(tmp_path):
+def test_the_metrics_log_writes_rows_by_round_and_name_and_resumes_from_a_checkpoints_rows(tmp_path, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
+    # the writers' per-process counter at 9, 10, 11: within one second their files sort "10", "11", "9"
+    monkeypatch.setattr(event_file_writer._global_uid, "_value", 9)
     log = runlog.RunLog(tmp_path, time.time())
     log.flush()  # nothing logged yet: an empty table of the schema
     assert pq.read_table(tmp_path / "metrics.parquet").schema.equals(runlog.RunLog.SCHEMA)
@@ -153,6 +156,8 @@ def test_the_metrics_log_writes_rows_by_round_and_name_and_resumes_from_a_checkp
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("x")] == [(0, 0.0), (1, 1.0), (2, 20.0), (3, 31.0)]
     assert [e.step for e in events.Scalars("a")] == [0, 1]
+    files = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
+    assert [name.rsplit(".", 1)[1] for name in files] == ["9", "10", "11"]  # name order is writing order
 
 
 def test_the_metrics_read_back_and_a_damaged_table_is_an_error_naming_the_file(tmp_path):
