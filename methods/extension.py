@@ -30,7 +30,10 @@ BaseLoss = Callable[[Embedding, Tensor, Tensor], Tensor]
 
 
 class ClientTerm:
-    """An extension bound to one client for one round (nothing, by default)."""
+    """An extension bound to one client for one round (nothing, by default). A term that adds to the
+    loss is logged under ``loss_<name>`` (its mean over the steps, as ``train/loss_<name>``)."""
+
+    name: ClassVar[str] = ""
 
     def parameters(self) -> list[Tensor]:
         """Trainable tensors of the extension's own (beyond the online networks)."""

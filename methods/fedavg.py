@@ -169,12 +169,12 @@ class FedAvg(Method):
         copy_into(workspace.slots, start)
         objective = self.client_objective(workspace, extra, ctx)
         terms = [extension.bind(workspace, objective, broadcast, data, ctx) for extension in self.extensions]
-        loss = train_objective(workspace, objective, terms, data, ctx, self.config.target_momentum,
-                               f"client {data.client_id}, method {self.name}/{objective.name}")
+        metrics = train_objective(workspace, objective, terms, data, ctx, self.config.target_momentum,
+                                  f"client {data.client_id}, method {self.name}/{objective.name}")
         upload = weight_uploads(workspace.slots)
         for term in terms:
             upload.update(term.upload())
         sparse = tuple(key for extension in self.extensions for key in extension.sparse_rows)
-        return ClientUpload(stats=Stats.from_tensors(upload, len(data.labels)), metrics={"loss": loss},
+        return ClientUpload(stats=Stats.from_tensors(upload, len(data.labels)), metrics=metrics,
                             client_state=self.next_client_state(workspace.slots, start, client_state, ctx),
                             sparse_rows=sparse)

@@ -41,7 +41,9 @@ the Fashion-MNIST scenarios), the best-trained ones, so the per-tier accuracies 
 most-trained clients, not of the average client. (4) ``rad_size`` defaults to 1000 and
 ``rad_batch_size`` to 128 (section 5.1: a 5000-image RAD); every shipped scenario sets both.
 ``mu = 0`` is local-only SSL; the kernels are still shared so that ``train/rad_cka`` (CKA of each
-trained client's kernel with ``Kbar(t-1)``) can be compared between the two.
+trained client's kernel with ``Kbar(t-1)``) can be compared between the two. With a RAD term, the
+client logs it (``mu`` times, mean over its steps) as ``train/loss_rad`` beside the SSL loss
+(``train/loss_objective``).
 
 How the RAD enters training with ``mu > 0``: only through the alignment term. Each local SGD step
 draws ``rad_batch_size`` RAD rows (stream ``"rad"`` of the client's round generator), forwards the
@@ -67,7 +69,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -130,6 +132,7 @@ class RadBatches(ClientTerm):
     """One client's RAD term of a round: ``mu`` times a loss on ``batch_size`` RAD rows per SGD
     step, drawn from ``generator``."""
 
+    name: ClassVar[str] = "rad"
     workspace: Workspace
     mu: float
     rad: torch.Tensor  # float [L, C, H, W] on the device
@@ -315,8 +318,8 @@ class HeteroSSFL(Method):
         rad = extra["rad"] if client_state is None else client_state["rad"]
         aggregate = broadcast.get("kernels")
         terms = self.rad_terms(space, rad, aggregate, ctx, cid)
-        metrics = {"loss": train_objective(space, self.objective, terms, data, ctx, self.config.target_momentum,
-                                           f"client {cid}, method {self.name}/{self.objective.name}")}
+        metrics = train_objective(space, self.objective, terms, data, ctx, self.config.target_momentum,
+                                  f"client {cid}, method {self.name}/{self.objective.name}")
         representations, kernel = rad_kernel(space.online, rad)
         if aggregate is not None:
             metrics["rad_cka"] = linear_cka(kernel, aggregate.double()).item()

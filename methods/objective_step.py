@@ -16,10 +16,11 @@ from simulator.context import RoundContext
 
 
 def composed_loss(objective: Objective, workspace: Workspace, terms: list[ClientTerm]
-                  ) -> Callable[[list[Tensor], Tensor, Tensor], Tensor]:
+                  ) -> Callable[[list[Tensor], Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]:
     """``loss(views, labels, rows)`` of a batch (its augmented views, its labels, its rows in the
     client's data): the objective's loss on the views' embedding, as the terms' ``base_loss`` change
-    it, plus each term's ``loss``, in order."""
+    it, plus each term's ``loss``, in order; with its parts when a term adds one (the objective's as
+    ``loss_objective``, each added term's as ``loss_<term name>``; none otherwise)."""
     online, target = workspace.online, workspace.target
 
     def base(embedding, labels, rows):
@@ -28,23 +29,25 @@ def composed_loss(objective: Objective, workspace: Workspace, terms: list[Client
     for term in terms:
         base = term.base_loss(base)
 
-    def loss(views: list[Tensor], labels: Tensor, rows: Tensor) -> Tensor:
+    def loss(views: list[Tensor], labels: Tensor, rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         embedding = objective.embed(online, target, views)
         value = base(embedding, labels, rows)
+        parts = {"loss_objective": value}
         for term in terms:
             added = term.loss(embedding)
             if added is not None:
                 value = value + added
-        return value
+                parts[f"loss_{term.name}"] = added
+        return value, parts if len(parts) > 1 else {}
 
     return loss
 
 
 def train_objective(workspace: Workspace, objective: Objective, terms: list[ClientTerm], data: ClientData,
-                    ctx: RoundContext, target_momentum: float, who: str) -> float:
+                    ctx: RoundContext, target_momentum: float, who: str) -> dict[str, float]:
     """Local SGD epochs on the client's data (:func:`methods.local_training.train_local_epochs`) on
     :func:`composed_loss`, views and sample order drawn from the client's round generator; returns
-    the mean training loss (NaN when no step ran)."""
+    the mean training loss (``"loss"``, NaN when no step ran) and of each of its parts."""
     online, target, device = workspace.online, workspace.target, workspace.device
     online.train()
     generator = ctx.client_generator(data.client_id)
@@ -54,10 +57,10 @@ def train_objective(workspace: Workspace, objective: Objective, terms: list[Clie
 
     def batch_loss(rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         views = [workspace.augment(images[rows], generator) for _ in range(objective.num_views)]
-        return loss(views, labels[rows], rows), {}
+        return loss(views, labels[rows], rows)
 
     step = LocalStep(batch_loss, list(online.parameters()) + [p for term in terms for p in term.parameters()],
                      after_step=[term.after_step for term in terms])
     if target is not None:
         step.after_step.append(lambda: ema_update(target, online, target_momentum))
-    return train_local_epochs(step, len(labels), generator, device, ctx, who).get("loss", float("nan"))
+    return train_local_epochs(step, len(labels), generator, device, ctx, who) or {"loss": float("nan")}

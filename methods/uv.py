@@ -119,6 +119,8 @@ class UVHead(nn.Module):
 class UVTerm(ClientTerm):
     """The UV extension bound to one client: its head (rows loaded) and the UV projector."""
 
+    name = "uv"
+
     def __init__(self, head: UVHead, projector: nn.Module, weight: float):
         self.head, self.projector, self.weight = head, projector, weight
 

@@ -194,7 +194,7 @@ def assert_grads_close(actual, expected, parameters):
 def client_loss(method, space, views, terms=()):
     """The batch loss the client step trains on (:func:`methods.objective_step.composed_loss`)."""
     return composed_loss(method.objective, space, list(terms))(views, torch.zeros(len(views[0]), dtype=torch.long),
-                                                               torch.arange(len(views[0])))
+                                                               torch.arange(len(views[0])))[0]
 
 
 @pytest.mark.parametrize("objective", ["byol", "simsiam"])
@@ -235,6 +235,11 @@ def test_alignment_term_sign_and_gradient_inside_the_method(synthetic_raw, head_
     assert 0 < cka.item() < 1
     term = 0.5 * (1 - cka)
     torch.testing.assert_close(loss - ssl, term, rtol=1e-5, atol=1e-6)
+    _, parts = composed_loss(method.objective, space, method.rad_terms(space, rad, kbar, ctx, 0))(
+        views, torch.zeros(len(views[0]), dtype=torch.long), torch.arange(len(views[0])))  # the same rows again
+    assert sorted(parts) == ["loss_objective", "loss_rad"]  # what the client logs beside its loss
+    torch.testing.assert_close(parts["loss_rad"], term, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(parts["loss_objective"], ssl, rtol=1e-5, atol=1e-6)
     for name in ("encoder", "projector", "predictor"):
         parameters = list(space.online[name].parameters())
         assert sum(g.abs().sum() for g in torch.autograd.grad(term, parameters, retain_graph=True)) > 0, name

@@ -1,6 +1,7 @@
 """The local step of a method that trains an objective (``methods.objective_step.train_objective``):
 the EMA target takes BYOL's step after every SGD step, from that step's online networks, and the
 client uploads the last of that chain."""
+import pytest
 import torch
 
 from methods import objective_step
@@ -86,3 +87,19 @@ def test_a_client_trains_in_train_mode_whatever_mode_its_workspace_was_left_in(s
     assert any(k.endswith("running_mean") for k in uploads[0])
     for key, value in uploads[0].items():
         assert torch.equal(value, uploads[1][key]), key
+
+
+def test_the_client_logs_each_added_loss_term_beside_the_loss(synthetic_raw):
+    # the step means of the loss and of its parts: the loss is their sum (UV on); the loss alone (UV off)
+    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 16}
+    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
+    for uv, names in ((True, ["loss", "loss_objective", "loss_uv"]), (False, ["loss"])):
+        method, workspace, scenario = setup(synthetic_raw, objective="simclr", uv=uv)
+        ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
+        upload = method.client_update(workspace, method.broadcast(Server(method).state, ctx), None,
+                                      ClientData(CLIENT, data.train_x, data.train_y), ctx)
+        assert sorted(upload.metrics) == names
+        if uv:
+            assert upload.metrics["loss_uv"] > 0.1
+            assert upload.metrics["loss"] == pytest.approx(upload.metrics["loss_objective"] + upload.metrics["loss_uv"],
+                                                           rel=1e-6)

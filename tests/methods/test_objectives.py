@@ -48,7 +48,7 @@ def method_loss(method, workspace, views, labelled=None, rows=None):
         if labelled is not None and hasattr(term, "labelled"):
             term.labelled = labelled
     return composed_loss(method.objective, workspace, workspace.terms)(
-        views, LABELS, torch.arange(BATCH) if rows is None else rows)
+        views, LABELS, torch.arange(BATCH) if rows is None else rows)[0]
 
 
 def trainable(workspace):
@@ -234,6 +234,22 @@ def test_uv_term_enters_with_plus_uv_weight_and_trains_only_the_own_row(syntheti
     assert not head.rows.requires_grad  # the other clients' rows are constants
     with torch.no_grad():  # the UV term makes a difference (so its sign is checked by the value)
         assert (reference_uv(online, head.own_row, head.rows, VIEWS, CLIENT) > 0.1).item()
+
+
+def test_the_uv_term_and_the_objective_are_the_logged_parts_of_the_loss(synthetic_raw):
+    method, workspace, _ = setup(synthetic_raw, objective="simclr", uv=True, uv_weight=0.7)
+    online, target, head = workspace.online, workspace.target, workspace.parts["uv"]
+    total, parts = composed_loss(method.objective, workspace, workspace.terms)(VIEWS, LABELS, torch.arange(BATCH))
+    with torch.no_grad():
+        objective = reference_objective("simclr", online, target, VIEWS, torch.arange(BATCH), method.config)
+        uv = 0.7 * reference_uv(online, head.own_row, head.rows, VIEWS, CLIENT)
+    assert sorted(parts) == ["loss_objective", "loss_uv"]
+    torch.testing.assert_close(parts["loss_objective"].detach(), objective, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(parts["loss_uv"].detach(), uv, rtol=1e-5, atol=1e-6)
+    assert total.item() == (parts["loss_objective"] + parts["loss_uv"]).item()
+    plain, plain_workspace, _ = setup(synthetic_raw, objective="simclr")
+    _, parts = composed_loss(plain.objective, plain_workspace, plain_workspace.terms)(VIEWS, LABELS, torch.arange(BATCH))
+    assert parts == {}  # nothing added: the loss is its only part
 
 
 @pytest.mark.parametrize("head_norm", ["none", "batch"])
