@@ -309,13 +309,14 @@ def write_checkpoint(run_dir: Path, round_index: int, payload: dict[str, Any],
             os.link(path, tmp / "client_state" / path.name)
     shutil.rmtree(final, ignore_errors=True)
     os.rename(tmp, final)
-    for old in sorted(directory.glob("round_*"))[:-keep]:
+    for old in sorted(directory.glob("round_*"), key=checkpoint_round)[:-keep]:
         shutil.rmtree(old)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = sorted((run_dir / "checkpoints").glob("round_*/state.pt"))
-    return found[-1].parent if found else None
+    """The checkpoint of the latest round (by number: past round 99999 the names grow a digit)."""
+    found = sorted((path.parent for path in (run_dir / "checkpoints").glob("round_*/state.pt")), key=checkpoint_round)
+    return found[-1] if found else None
 
 
 def checkpoint_round(checkpoint: Path) -> int:

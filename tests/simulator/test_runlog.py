@@ -2,6 +2,7 @@
 metrics log, checkpoints and the client-state snapshots, on small files written here."""
 import os
 import re
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -224,6 +225,13 @@ def test_the_newest_two_checkpoints_are_kept_by_default_and_each_names_its_round
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["round_00010", "round_00015"]
     assert runlog.checkpoint_round(runlog.latest_checkpoint(tmp_path)) == 15
     assert runlog.checkpoint_round(tmp_path / "checkpoints" / "round_00010") == 10
+    for round_index in (99999, 100000, 100001):  # past five digits the names sort before the older ones
+        runlog.write_checkpoint(tmp_path, round_index, {"state": round_index})
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["round_100000", "round_100001"]
+    assert runlog.checkpoint_round(runlog.latest_checkpoint(tmp_path)) == 100001
+    shutil.rmtree(tmp_path / "checkpoints" / "round_100001")
+    runlog.write_checkpoint(tmp_path, 99999, {"state": 99999})
+    assert runlog.checkpoint_round(runlog.latest_checkpoint(tmp_path)) == 100000
 
 
 def test_only_client_state_files_go_into_a_checkpoint_and_back_into_the_store(tmp_path):
