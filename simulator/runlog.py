@@ -145,13 +145,15 @@ def open_event_writer(directory: Path, purge_step: int | None):
     second orders files of different seconds, but within one second the per-process counter compares
     as text ("10" before "9"), and another process's pid in any order; a resume or a rewind in the
     same second as the file it follows could be read first and its purge lost. So the new file waits
-    for a later second than the newest one there (at most a second, only then)."""
+    for a later second than the newest one there (at most a second, only then; a file stamped further
+    ahead came from a clock that runs ahead, which waiting would not mend in reasonable time)."""
     from torch.utils.tensorboard import SummaryWriter
     seconds = [int(p.name.split(".")[3]) for p in directory.glob("events.out.tfevents.*")
                if p.name.split(".")[3].isdigit()]
-    if seconds:
-        while int(time.time()) <= max(seconds):
-            time.sleep(max(0.0, max(seconds) + 1 - time.time()) + 0.001)
+    newest = max(seconds, default=-1)
+    if newest - int(time.time()) <= 1:
+        while int(time.time()) <= newest:
+            time.sleep(max(0.0, newest + 1 - time.time()) + 0.001)
     return SummaryWriter(str(directory), purge_step=purge_step)
 
 

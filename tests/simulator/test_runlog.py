@@ -161,6 +161,32 @@ def test_the_metrics_log_writes_rows_by_round_and_name_and_resumes_from_a_checkp
     assert [name.rsplit(".", 1)[1] for name in files] == ["9", "10", "11"]  # name order is writing order
 
 
+def test_a_new_event_file_waits_for_a_later_second_than_the_newest_file_there(tmp_path, monkeypatch):
+    slept, real_sleep = [], time.sleep
+
+    def sleep(seconds):
+        slept.append(seconds)
+        assert seconds <= 2.01, f"a wait of {seconds} s"
+        real_sleep(seconds)
+
+    monkeypatch.setattr(runlog.time, "sleep", sleep)
+    directory = tmp_path / "tensorboard"
+    directory.mkdir()
+    runlog.open_event_writer(directory, None).close()  # an empty folder: no wait
+    assert slept == []
+    for path in directory.iterdir():
+        path.unlink()
+    ahead = int(time.time()) + 1  # the newest file a second ahead (another process's, a clock slightly ahead)
+    (directory / f"events.out.tfevents.{ahead}.host.1.0").write_bytes(b"")
+    runlog.open_event_writer(directory, 1).close()
+    assert slept and all(s > 0 for s in slept)
+    assert int(max(directory.iterdir()).name.split(".")[3]) > ahead  # written after it, so read after it
+    slept.clear()
+    (directory / f"events.out.tfevents.{int(time.time()) + 3600}.host.1.0").write_bytes(b"")
+    runlog.open_event_writer(directory, 2).close()  # a clock an hour ahead: waiting would not mend it
+    assert slept == []
+
+
 def test_the_metrics_read_back_and_a_damaged_table_is_an_error_naming_the_file(tmp_path):
     import pyarrow as pa
     log = runlog.RunLog(tmp_path, time.time())
