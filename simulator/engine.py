@@ -55,6 +55,8 @@ def start_ray(address: str | None) -> None:
     previous = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     ray_worker_log = logging.getLogger("ray._private.worker")
     ray_worker_log.addFilter(no_sigterm_warning)
+    ray_auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    ray_auth_log.addFilter(no_token_auth_enabled_notice)
     # A run's own instance starts no idle worker processes ahead: Ray prestarts one per CPU, a run
     # starts its actors' processes itself, and each spare held ~77 MiB and ~0.5 s of a core here.
     # Its workers keep the driver's priority: Ray lowers theirs by 15, so that any process at the
@@ -67,6 +69,7 @@ def start_ray(address: str | None) -> None:
             ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False, **own_instance)
     finally:
         ray_worker_log.removeFilter(no_sigterm_warning)
+        ray_auth_log.removeFilter(no_token_auth_enabled_notice)
     if callable(previous):
         signal.signal(signal.SIGTERM, previous)
 
@@ -155,6 +158,13 @@ class native_signal_action:
 def no_sigterm_warning(record: logging.LogRecord) -> bool:
     """A log filter: False for Ray's "SIGTERM handler is not set" warning."""
     return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def no_token_auth_enabled_notice(record: logging.LogRecord) -> bool:
+    """A log filter: False for Ray's notice that it enabled token authentication, its default for a
+    new local instance (a WARNING line on every run's terminal, about nothing wrong); its warning
+    that authentication is disabled stays."""
+    return "Token authentication is enabled" not in record.getMessage()
 
 
 class Worker:
