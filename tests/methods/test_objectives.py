@@ -248,7 +248,8 @@ def test_the_uv_term_and_the_objective_are_the_logged_parts_of_the_loss(syntheti
     torch.testing.assert_close(parts["loss_uv"].detach(), uv, rtol=1e-5, atol=1e-6)
     assert total.item() == (parts["loss_objective"] + parts["loss_uv"]).item()
     plain, plain_workspace, _ = setup(synthetic_raw, objective="simclr")
-    _, parts = composed_loss(plain.objective, plain_workspace, plain_workspace.terms)(VIEWS, LABELS, torch.arange(BATCH))
+    _, parts = composed_loss(plain.objective, plain_workspace, plain_workspace.terms)(VIEWS, LABELS,
+                                                                                       torch.arange(BATCH))
     assert parts == {}  # nothing added: the loss is its only part
 
 
