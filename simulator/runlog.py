@@ -148,9 +148,8 @@ def open_event_writer(directory: Path, purge_step: int | None):
     for a later second than the newest one there (at most a second, only then; a file stamped further
     ahead came from a clock that runs ahead, which waiting would not mend in reasonable time)."""
     from torch.utils.tensorboard import SummaryWriter
-    seconds = [int(p.name.split(".")[3]) for p in directory.glob("events.out.tfevents.*")
-               if p.name.split(".")[3].isdigit()]
-    newest = max(seconds, default=-1)
+    stamps = [path.name.split(".")[3] for path in directory.glob("events.out.tfevents.*")]
+    newest = max((int(stamp) for stamp in stamps if stamp.isdigit()), default=-1)
     if newest - int(time.time()) <= 1:
         while int(time.time()) <= newest:
             time.sleep(max(0.0, newest + 1 - time.time()) + 0.001)
