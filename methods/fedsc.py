@@ -127,6 +127,15 @@ class FedSCSpectral(Spectral):
         z1, z2 = self.clipped_projections(embedding, rows)
         return fedsc_local_objective(z1, z2, self.others_correlation, self.alpha)
 
+    def rows_loss_parts(self, embedding, labels, rows=None):
+        """Eq. 5 and its two parts: the plain spectral contrastive loss (``loss_objective``, FedAvg+SC's
+        loss) and the inter-client correction ``(1 - alpha) (Tr(R_j Rbar_{-j}) - ||R_j||_F^2 / 2)``
+        (``loss_inter_client``, the loss less the plain part; 0 before another client's matrix exists)."""
+        loss = self.rows_loss(embedding, labels, rows)
+        with torch.no_grad():
+            plain = super().rows_loss(embedding, labels, rows)
+        return loss, {"loss_objective": plain, "loss_inter_client": loss.detach() - plain}
+
 
 @dataclass(frozen=True)
 class FedSCParams(FedAvgParams):

@@ -19,20 +19,21 @@ def composed_loss(objective: Objective, workspace: Workspace, terms: list[Client
                   ) -> Callable[[list[Tensor], Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]:
     """``loss(views, labels, rows)`` of a batch (its augmented views, its labels, its rows in the
     client's data): the objective's loss on the views' embedding, as the terms' ``base_loss`` change
-    it, plus each term's ``loss``, in order; with its parts when a term adds one (the objective's as
-    ``loss_objective``, each added term's as ``loss_<term name>``; none otherwise)."""
+    it, plus each term's ``loss``, in order; with its parts when it has more than one: the base loss's
+    own (FedSC's and the semi-supervised loss's, :meth:`methods.objectives.Objective.rows_loss_parts`),
+    or the whole base loss as ``loss_objective``, and each added term's as ``loss_<term name>``."""
     online, target = workspace.online, workspace.target
 
     def base(embedding, labels, rows):
-        return objective.rows_loss(embedding, labels)
+        return objective.rows_loss_parts(embedding, labels)
 
     for term in terms:
         base = term.base_loss(base)
 
     def loss(views: list[Tensor], labels: Tensor, rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         embedding = objective.embed(online, target, views)
-        value = base(embedding, labels, rows)
-        parts = {"loss_objective": value}
+        value, parts = base(embedding, labels, rows)
+        parts = dict(parts) or {"loss_objective": value}
         for term in terms:
             added = term.loss(embedding)
             if added is not None:

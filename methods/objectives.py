@@ -61,6 +61,12 @@ class Objective(Networks):
         """The objective's loss on the batch rows ``rows`` (all rows when ``None``)."""
         raise NotImplementedError
 
+    def rows_loss_parts(self, embedding: Embedding, labels: Tensor, rows: Tensor | None = None
+                        ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`rows_loss` with the named parts it sums, detached, for the training log (``{}``: one
+        part; an objective that a method extends names the plain objective's part ``loss_objective``)."""
+        return self.rows_loss(embedding, labels, rows), {}
+
 
 def take(tensors: list[Tensor], rows: Tensor | None) -> list[Tensor]:
     """The rows ``rows`` of each tensor (all of them when ``None``)."""

@@ -56,27 +56,43 @@ def labelled_train_indices(partition: Partition, seed: int, fraction: float) -> 
 
 
 def semi_supervised_loss(objective: Objective, embedding: Embedding, labels: Tensor, labelled: Tensor,
-                         classifier: nn.Module, within_class: bool = True, label_loss: bool = True) -> Tensor:
+                         classifier: nn.Module, within_class: bool = True, label_loss: bool = True
+                         ) -> tuple[Tensor, dict[str, Tensor]]:
     """Algorithm 2 without the UV term: the plain loss on the unlabelled rows, the loss within each
     class on the labelled rows (Eq. 9), and the label classifier's cross-entropy on the backbone
     features of both views of the labelled rows (Eq. 10-11: ``CE(y | h1) + CE(y | h2)``).
     ``within_class=False``: the plain loss on every row instead of the first two terms;
-    ``label_loss=False``: no cross-entropy (the module docstring's ablations)."""
+    ``label_loss=False``: no cross-entropy (the module docstring's ablations).
+
+    Returns the loss and its parts, detached, for the training log: ``loss_objective`` (the plain
+    loss; split as the objective splits it, as FedSC's Eq. 5 into ``loss_objective`` and
+    ``loss_inter_client``), ``loss_within_class`` and ``loss_label`` (the cross-entropies' sum): each
+    term that the settings keep, 0 in a batch without the rows it is computed on."""
     unlabelled_rows = (~labelled).nonzero().squeeze(1)
     labelled_rows = labelled.nonzero().squeeze(1)
     loss = torch.zeros((), device=labels.device)
-    if not within_class:
-        loss = loss + objective.rows_loss(embedding, labels)
-    elif len(unlabelled_rows):
-        loss = loss + objective.rows_loss(embedding, labels, unlabelled_rows)
+    parts = {name: torch.zeros((), device=labels.device)
+             for name, kept in (("loss_objective", True), ("loss_within_class", within_class), ("loss_label", label_loss))
+             if kept}
+
+    def logged(name: str, term: Tensor, split: dict[str, Tensor] | None = None) -> Tensor:
+        """``term``, its value (or its ``split``) added to the parts."""
+        for part, value in (split or {name: term.detach()}).items():
+            parts[part] = parts.get(part, 0) + value
+        return term
+
+    if not within_class or len(unlabelled_rows):
+        loss = loss + logged("loss_objective", *objective.rows_loss_parts(
+            embedding, labels, unlabelled_rows if within_class else None))
     if len(labelled_rows):
         if within_class:
-            loss = loss + within_class_loss(lambda rows: objective.rows_loss(embedding, labels, labelled_rows[rows]),
-                                            labels[labelled_rows])
+            loss = loss + logged("loss_within_class", within_class_loss(
+                lambda rows: objective.rows_loss(embedding, labels, labelled_rows[rows]), labels[labelled_rows]))
         if label_loss:
             for features in embedding["features"]:
-                loss = loss + F.cross_entropy(classifier(features[labelled_rows]), labels[labelled_rows])
-    return loss
+                loss = loss + logged("loss_label", F.cross_entropy(classifier(features[labelled_rows]),
+                                                                   labels[labelled_rows]))
+    return loss, parts
 
 
 class LabelledTerm(ClientTerm):

@@ -438,6 +438,51 @@ def test_local_step_gradient_equals_the_hand_computation(synthetic_raw, alpha_st
             assert (wrong - expected_w).abs().max() > 100 * 2e-6
 
 
+def test_the_logged_parts_are_the_plain_spectral_loss_and_the_inter_client_correction(synthetic_raw):
+    """The client step's loss parts (``train/loss_objective``, ``train/loss_inter_client``): Eq. 1's plain
+    spectral contrastive loss of the clipped projections and (1 - alpha) (Tr(R Rbar) - ||R||_F^2 / 2),
+    each by hand in float64; they sum to the trained loss. Before another client's matrix exists the
+    correction is 0."""
+    from methods.objective_step import composed_loss
+    method, _ = build(synthetic_raw, name="fedsc")
+    workspace = method.make_workspace(torch.device("cpu"))
+    images = to_float(CLIENTS[1][0])
+    views = [images, images.flip(3)]
+    generator = torch.Generator().manual_seed(3)
+    others = torch.randn(DIM, DIM, generator=generator) * 0.05  # not symmetric, as under DP noise
+    with torch.no_grad():
+        z1, z2 = (project(workspace.online, v).double() for v in views)
+        z1, z2 = (z * (2 / z.norm(dim=1, keepdim=True).clamp_min(2)) for z in (z1, z2))  # clipped at sqrt(4)
+    batch = len(images)
+    r = (z1.T @ z1 + z2.T @ z2) / (2 * batch)
+    plain = -(z1 * z2).sum() / batch + 0.5 * (r ** 2).sum()
+    correction = 0.3 * ((r * others.double().T).sum() - 0.5 * (r ** 2).sum())
+    rows = torch.arange(batch)
+    loss, parts = composed_loss(FedSCSpectral(method.objective, others, 0.7), workspace, [])(
+        views, CLIENTS[1][1], rows)
+    assert sorted(parts) == ["loss_inter_client", "loss_objective"]
+    assert parts["loss_objective"].item() == pytest.approx(plain.item(), rel=1e-5)
+    assert parts["loss_inter_client"].item() == pytest.approx(correction.item(), rel=1e-4)
+    assert abs(correction.item()) > 1e-3 and abs(plain.item()) > 1e-3
+    assert loss.item() == pytest.approx(plain.item() + correction.item(), rel=1e-5)
+    _, first = composed_loss(FedSCSpectral(method.objective, None, 0.7), workspace, [])(
+        views, CLIENTS[1][1], rows)
+    assert first["loss_inter_client"].item() == 0
+    assert first["loss_objective"].item() == pytest.approx(plain.item(), rel=1e-5)
+    # with labels (Algorithm 2 of the UV paper): the plain part on the unlabelled rows split the same way
+    from methods.semi_supervised import semi_supervised_loss
+    objective = FedSCSpectral(method.objective, others, 0.7)
+    embedding = objective.embed(workspace.online, None, views)
+    labelled = torch.arange(batch) % 3 == 0
+    total, parts = semi_supervised_loss(objective, embedding, CLIENTS[1][1], labelled,
+                                        torch.nn.Linear(embedding["features"][0].shape[1], 10))
+    unlabelled = (~labelled).nonzero().squeeze(1)
+    _, alone = objective.rows_loss_parts(embedding, CLIENTS[1][1], unlabelled)
+    assert sorted(parts) == ["loss_inter_client", "loss_label", "loss_objective", "loss_within_class"]
+    assert parts["loss_inter_client"].item() == alone["loss_inter_client"].item() != 0
+    assert total.item() == pytest.approx(sum(value.item() for value in parts.values()), rel=1e-5)
+
+
 def run_passes(method, server, scenario, round_index, cohort):
     """Every pass of a round through the server, one worker per client; per pass: the broadcast, the
     extras, the records and the server's state after the pass."""

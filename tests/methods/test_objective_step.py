@@ -93,13 +93,16 @@ def test_the_client_logs_each_added_loss_term_beside_the_loss(synthetic_raw):
     # the step means of the loss and of its parts: the loss is their sum (UV on); the loss alone (UV off)
     synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 16}
     data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)
-    for uv, names in ((True, ["loss", "loss_objective", "loss_uv"]), (False, ["loss"])):
-        method, workspace, scenario = setup(synthetic_raw, objective="simclr", uv=uv)
+    # with labels (Algorithm 2), the semi-supervised loss's own parts, each batch's a sum to its loss
+    semi = ["loss", "loss_label", "loss_objective", "loss_uv", "loss_within_class"]
+    for settings, names in (({"uv": True}, ["loss", "loss_objective", "loss_uv"]), ({"uv": False}, ["loss"]),
+                            ({"uv": True, "labelled_fraction": 0.5}, semi)):
+        method, workspace, scenario = setup(synthetic_raw, objective="simclr", **settings)
         ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
         upload = method.client_update(workspace, method.broadcast(Server(method).state, ctx), None,
                                       ClientData(CLIENT, data.train_x, data.train_y), ctx)
         assert sorted(upload.metrics) == names
-        if uv:
-            assert upload.metrics["loss_uv"] > 0.1
-            assert upload.metrics["loss"] == pytest.approx(upload.metrics["loss_objective"] + upload.metrics["loss_uv"],
-                                                           rel=1e-6)
+        parts = [name for name in names if name != "loss"]
+        if parts:
+            assert all(upload.metrics[name] > 0.1 for name in parts)
+            assert upload.metrics["loss"] == pytest.approx(sum(upload.metrics[name] for name in parts), rel=1e-6)

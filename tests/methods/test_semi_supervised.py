@@ -114,12 +114,26 @@ def test_semi_supervised_loss_is_algorithm_2(synthetic_raw):
     h1, h2 = embedding["features"]
     lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
     ce = torch.nn.functional.cross_entropy
-    expected = (nt_xent(z1[unl], z2[unl], 0.5)
-                + within_class_loss(lambda r: nt_xent(z1[lab][r], z2[lab][r], 0.5), labels[lab])
-                + ce(online["label_classifier"](h1[lab]), labels[lab])
-                + ce(online["label_classifier"](h2[lab]), labels[lab]))
-    got = semi_supervised_loss(method.objective, embedding, labels, labelled, online["label_classifier"])
-    assert torch.allclose(got, expected)
+    plain = nt_xent(z1[unl], z2[unl], 0.5)
+    within = within_class_loss(lambda r: nt_xent(z1[lab][r], z2[lab][r], 0.5), labels[lab])
+    label = ce(online["label_classifier"](h1[lab]), labels[lab]) + ce(online["label_classifier"](h2[lab]), labels[lab])
+    got, parts = semi_supervised_loss(method.objective, embedding, labels, labelled, online["label_classifier"])
+    assert torch.allclose(got, plain + within + label)
+    # the parts logged beside the loss: each term by hand, none of them zero here
+    assert parts.keys() == {"loss_objective", "loss_within_class", "loss_label"}
+    for name, value in (("loss_objective", plain), ("loss_within_class", within), ("loss_label", label)):
+        assert torch.allclose(parts[name], value) and value.abs() > 1e-3, name
+        assert not parts[name].requires_grad, name
+    # the ablations' parts: the plain loss on every row, and no cross-entropy
+    got, parts = semi_supervised_loss(method.objective, embedding, labels, labelled, online["label_classifier"],
+                                      within_class=False, label_loss=False)
+    assert parts.keys() == {"loss_objective"} and torch.allclose(parts["loss_objective"], nt_xent(z1, z2, 0.5))
+    assert torch.allclose(got, nt_xent(z1, z2, 0.5))
+    # a batch without labelled rows: its within-class and label parts are 0, so the parts still sum to the loss
+    none = torch.zeros(8, dtype=torch.bool)
+    got, parts = semi_supervised_loss(method.objective, embedding, labels, none, online["label_classifier"])
+    assert parts["loss_within_class"] == 0 and parts["loss_label"] == 0
+    assert torch.allclose(parts["loss_objective"], got) and torch.allclose(got, nt_xent(z1, z2, 0.5))
 
 
 def test_semi_supervised_client_trains_the_label_classifier(synthetic_raw):
