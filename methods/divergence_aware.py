@@ -100,3 +100,17 @@ class DivergenceAware(FedAvg):
     def next_client_state(self, slots, start, client_state, ctx):
         end = {name: value.detach().cpu().clone() for name, value in slots.items()}
         return {"weights": end, "distance": divergence(start, end), "round": ctx.round}
+
+    def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
+        """FedAvg's client step, logging beside the loss the divergence d of this training
+        (``train/divergence``) and, for a client that mixed its start, the mix (:meth:`mix_metrics`)."""
+        upload = super().client_update(workspace, broadcast, extra, data, ctx, client_state)
+        upload.metrics["divergence"] = upload.client_state["distance"]
+        if client_state is not None and not self.starts_afresh(client_state, ctx):
+            upload.metrics.update(self.mix_metrics(client_state))
+        return upload
+
+    def mix_metrics(self, client_state: dict[str, Any]) -> dict[str, float]:
+        """How a returning client's start mixed the global networks with its own (logged as ``train/<name>``,
+        the mean over the clients that mixed)."""
+        return {}

@@ -16,6 +16,9 @@ mixes only when it trained in the previous round and otherwise starts from the g
 target copied from the global online ones (as at a first participation). ``selective: true``
 restores that rule (default false: the rule of EasyFL's README runs, which take every client every
 round, where the two rules agree).
+
+Each round logs ``train/ema_mu`` (the mean mu of the clients that mixed) and ``train/divergence`` (the
+mean d of the round's trainings).
 """
 from __future__ import annotations
 
@@ -50,6 +53,10 @@ class FedEMA(DivergenceAware):
     def blend(self, client_state) -> float:
         """mu = min(lambda_k d_k, 1), the weight of the client's own networks."""
         return min(self.scaler(client_state) * client_state["distance"], 1.0)
+
+    def mix_metrics(self, client_state):
+        """``train/ema_mu``: the mean weight mu of the returning clients' own networks in their start."""
+        return {"ema_mu": self.blend(client_state)}
 
     def starts_afresh(self, client_state, ctx):
         """``selective``: a client that did not train in the previous round starts from the global

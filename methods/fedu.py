@@ -13,6 +13,9 @@ steps and the step size, so the same 0.4 splits clients elsewhere under other se
 ``scenarios/fedavg/fedu.yaml`` (1 local epoch, batch 64, lr 0.05, 10 of 100 clients) one client of
 600 Fashion-MNIST images has d = 0.45 after its first training (0.77 with 5 local epochs), so such
 a client keeps its own predictor.
+
+Each round logs ``train/global_predictor`` (the share of the returning clients that took the global
+predictor) and ``train/divergence`` (the mean d of the round's trainings).
 """
 from __future__ import annotations
 
@@ -37,9 +40,17 @@ class FedU(DivergenceAware):
         return [*super().param_rules(config, scenario),
                 ("dapu_threshold", config.dapu_threshold >= 0, "a non-negative number")]
 
+    def takes_global_predictor(self, client_state) -> bool:
+        """DAPU: the global predictor when the client's last divergence is below the threshold."""
+        return client_state["distance"] < self.config.dapu_threshold
+
+    def mix_metrics(self, client_state):
+        """``train/global_predictor``: the share of the returning clients that took the global predictor."""
+        return {"global_predictor": float(self.takes_global_predictor(client_state))}
+
     def mix(self, global_weights, client_state, parameters):
         local = client_state["weights"]
-        use_global_predictor = client_state["distance"] < self.config.dapu_threshold
+        use_global_predictor = self.takes_global_predictor(client_state)
         start = dict(global_weights)
         for name in start:
             if name.startswith(TARGET) or (name.startswith(PREDICTOR) and not use_global_predictor):

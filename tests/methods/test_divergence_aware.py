@@ -58,6 +58,8 @@ def test_first_participation_starts_from_global_online_with_the_target_copied_fr
     uploaded = {k.split("/", 1)[1]: v for k, v in upload.stats.average().items()}
     assert set(kept["weights"]) == set(uploaded) and kept["distance"] > 0 and kept["round"] == 1
     assert kept["distance"] == pytest.approx(divergence(start, kept["weights"]))
+    # a first participation logs its divergence beside the loss, and no mix (it started from the global networks)
+    assert sorted(upload.metrics) == ["divergence", "loss"] and upload.metrics["divergence"] == kept["distance"]
     for name, value in kept["weights"].items():
         torch.testing.assert_close(value, uploaded[name], rtol=0, atol=1e-5)
 

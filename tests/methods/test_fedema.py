@@ -28,8 +28,11 @@ def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(syntheti
             assert torch.equal(start[name], first["weights"][name])
         elif name not in parameters:
             assert torch.equal(start[name], state["weights"][name]), name
-    second = participate(method, scenario, state, 2, first).client_state
+    upload = participate(method, scenario, state, 2, first)
+    second = upload.client_state
     assert second["scaler"] == pytest.approx(0.7 / d1)
+    # logged beside the loss: this training's divergence and the mix the client started from (tau)
+    assert upload.metrics["divergence"] == second["distance"] and upload.metrics["ema_mu"] == pytest.approx(0.7)
     assert second["distance"] == pytest.approx(divergence(start, second["weights"]))
     mu = min(0.7 / d1 * second["distance"], 1.0)  # third participation: lambda kept, the new d
     assert method.blend(second) == pytest.approx(mu)
@@ -54,6 +57,9 @@ def test_selective_fedema_mixes_only_after_training_in_the_previous_round(synthe
     later = method.start_weights(workspace, state["weights"], first, at(scenario, 3))
     for key in later:
         assert torch.equal(later[key], fresh[key] if selective else mixed[key]), key
+    # a client that starts afresh logs no mix (the mean of train/ema_mu is over the clients that mixed)
+    logged = participate(method, scenario, state, 3, first).metrics
+    assert ("ema_mu" in logged) is not selective and logged["divergence"] > 0
     assert not torch.equal(mixed["target.encoder.features.0.0.weight"], fresh["target.encoder.features.0.0.weight"])
 
 

@@ -30,6 +30,10 @@ def test_fedu_takes_the_global_predictor_only_below_its_threshold(synthetic_raw,
             expected = state["weights"][name]  # encoder and projector: always the global ones
         assert torch.equal(value, expected), name
     assert not torch.equal(state["weights"]["online.predictor.0.weight"], first["weights"]["online.predictor.0.weight"])
+    # logged beside the loss (train/global_predictor, the share of returning clients that took it; train/divergence)
+    upload = participate(method, scenario, state, 2, returning)
+    assert upload.metrics["global_predictor"] == float(global_predictor)
+    assert upload.metrics["divergence"] == upload.client_state["distance"] > 0
     statistics = [name for name in start if name.endswith("running_mean")]
     assert len(statistics) == (3 if head_norm == "batch" else 0)  # online projector and predictor, target projector
     for name in statistics:  # the client's statistics differ from the server's: each check can fail
