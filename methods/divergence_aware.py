@@ -77,7 +77,7 @@ class DivergenceAware(FedAvg):
                 ("uv", not config.uv, "false (the client keeps its own networks)")]
 
     def start_weights(self, workspace, global_weights, client_state, ctx):
-        if client_state is None or self.starts_afresh(client_state, ctx):
+        if not self.mixes(client_state, ctx):
             start = dict(global_weights)  # the global online networks, the target copied from them
             for name in start:
                 if name.startswith(TARGET):
@@ -85,6 +85,11 @@ class DivergenceAware(FedAvg):
             return start
         parameters = {ONLINE + name for name, _ in workspace.online.named_parameters()}
         return self.mix(global_weights, client_state, parameters)
+
+    def mixes(self, client_state: dict[str, Any] | None, ctx: RoundContext) -> bool:
+        """Whether the client starts from a mix of the global networks and its own (:meth:`mix`): a
+        returning client that does not start afresh."""
+        return client_state is not None and not self.starts_afresh(client_state, ctx)
 
     def starts_afresh(self, client_state: dict[str, Any], ctx: RoundContext) -> bool:
         """Whether a returning client starts as at its first participation (never here)."""
@@ -106,11 +111,11 @@ class DivergenceAware(FedAvg):
         (``train/divergence``) and, for a client that mixed its start, the mix (:meth:`mix_metrics`)."""
         upload = super().client_update(workspace, broadcast, extra, data, ctx, client_state)
         upload.metrics["divergence"] = upload.client_state["distance"]
-        if client_state is not None and not self.starts_afresh(client_state, ctx):
+        if self.mixes(client_state, ctx):
             upload.metrics.update(self.mix_metrics(client_state))
         return upload
 
     def mix_metrics(self, client_state: dict[str, Any]) -> dict[str, float]:
         """How a returning client's start mixed the global networks with its own (logged as ``train/<name>``,
         the mean over the clients that mixed)."""
-        return {}
+        raise NotImplementedError

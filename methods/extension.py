@@ -26,7 +26,7 @@ from methods.params import Params as MethodParams
 from simulator.context import RoundContext
 
 # The objective's loss of a batch: (embedding, the batch's labels, the batch's rows) -> (loss, the
-# named parts it sums, detached, for the training log; {} for one part), as ``Objective.rows_loss_parts``.
+# named parts it sums, detached, for the training log; may be {} for one part), as ``Objective.rows_loss_parts``.
 BaseLoss = Callable[[Embedding, Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]
 
 

@@ -116,6 +116,8 @@ from simulator.context import RoundContext
 class FedSCSpectral(Spectral):
     """Eq. 5 for one client and round: alpha and ``Rbar_{-j}`` bound at construction."""
 
+    loss_parts = ("loss_objective", "loss_inter_client")
+
     def __init__(self, base: Spectral, others_correlation: torch.Tensor | None, alpha: float):
         super().__init__(base.config, base.model_config, base.num_classes)
         self.others_correlation = others_correlation

@@ -12,11 +12,9 @@ round, 5 local epochs, batch 128, lr 0.032 cosine, its loss twice this one): d g
 steps and the step size, so the same 0.4 splits clients elsewhere under other settings. Under
 ``scenarios/fedavg/fedu.yaml`` (1 local epoch, batch 64, lr 0.05, 10 of 100 clients) one client of
 600 Fashion-MNIST images has d = 0.45 after its first training (0.77 with 5 local epochs), so such
-a client keeps its own predictor. Over a whole run of that file (seed 101, sixtieth session, its
-``train/global_predictor`` and ``train/divergence``) only the round-1 trainings are that far (mean d
-0.45); each later round's mean d is 0.10 to 0.26, and DAPU gives the global predictor to 96% of the
-returning clients over the run: none in rounds 2 and 4 (clients back from round 1), every one in 89
-of the 99 rounds with a returning client, at least 71% in each round from round 5.
+a client keeps its own predictor. Over a whole run of that file only the round-1 trainings are that
+far: later ones diverge less, and DAPU gives the global predictor to 96% of the returning clients
+(seed 101, its ``train/global_predictor``; RESULTS.md, sixtieth session).
 
 Each round logs ``train/global_predictor`` (the share of the returning clients that took the global
 predictor) and ``train/divergence`` (the mean d of the round's trainings).

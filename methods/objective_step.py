@@ -33,12 +33,12 @@ def composed_loss(objective: Objective, workspace: Workspace, terms: list[Client
     def loss(views: list[Tensor], labels: Tensor, rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         embedding = objective.embed(online, target, views)
         value, parts = base(embedding, labels, rows)
-        parts = dict(parts) or {"loss_objective": value}
+        parts = dict(parts) or {"loss_objective": value.detach()}
         for term in terms:
             added = term.loss(embedding)
             if added is not None:
                 value = value + added
-                parts[f"loss_{term.name}"] = added
+                parts[f"loss_{term.name}"] = added.detach()
         return value, parts if len(parts) > 1 else {}
 
     return loss

@@ -51,6 +51,7 @@ class Objective(Networks):
     num_views = 2
     uses_labels = False
     has_predictor = False
+    loss_parts: tuple[str, ...] = ()  # the names of the parts rows_loss_parts splits the loss into, if it does
 
     def embed(self, online: nn.ModuleDict, target: nn.ModuleDict | None, views: list[Tensor]) -> Embedding:
         """Backbone features and projections of every view."""
@@ -63,8 +64,9 @@ class Objective(Networks):
 
     def rows_loss_parts(self, embedding: Embedding, labels: Tensor, rows: Tensor | None = None
                         ) -> tuple[Tensor, dict[str, Tensor]]:
-        """:meth:`rows_loss` with the named parts it sums, detached, for the training log (``{}``: one
-        part; an objective that a method extends names the plain objective's part ``loss_objective``)."""
+        """:meth:`rows_loss` with the named parts it sums (:attr:`loss_parts`), detached, for the training
+        log (``{}``: one part; an objective that a method extends names the plain objective's part
+        ``loss_objective``)."""
         return self.rows_loss(embedding, labels, rows), {}
 
 

@@ -65,33 +65,35 @@ def semi_supervised_loss(objective: Objective, embedding: Embedding, labels: Ten
     ``label_loss=False``: no cross-entropy (the module docstring's ablations).
 
     Returns the loss and its parts, detached, for the training log: ``loss_objective`` (the plain
-    loss; split as the objective splits it, as FedSC's Eq. 5 into ``loss_objective`` and
-    ``loss_inter_client``), ``loss_within_class`` and ``loss_label`` (the cross-entropies' sum): each
-    term that the settings keep, 0 in a batch without the rows it is computed on."""
+    loss on the unlabelled rows; split as the objective splits it, as FedSC's Eq. 5 into
+    ``loss_objective`` and ``loss_inter_client``), ``loss_within_class`` (the objective's whole loss
+    within each class) and ``loss_label`` (the cross-entropies' sum): each term that the settings keep,
+    0 in a batch without the rows it is computed on."""
     unlabelled_rows = (~labelled).nonzero().squeeze(1)
     labelled_rows = labelled.nonzero().squeeze(1)
     loss = torch.zeros((), device=labels.device)
-    parts = {name: torch.zeros((), device=labels.device)
-             for name, kept in (("loss_objective", True), ("loss_within_class", within_class), ("loss_label", label_loss))
-             if kept}
+    kept = [*(objective.loss_parts or ["loss_objective"]), *(["loss_within_class"] if within_class else []),
+            *(["loss_label"] if label_loss else [])]
+    parts = {name: torch.zeros((), device=labels.device) for name in kept}
 
-    def logged(name: str, term: Tensor, split: dict[str, Tensor] | None = None) -> Tensor:
-        """``term``, its value (or its ``split``) added to the parts."""
-        for part, value in (split or {name: term.detach()}).items():
-            parts[part] = parts.get(part, 0) + value
+    def counted(term: Tensor, split: dict[str, Tensor]) -> Tensor:
+        """``term``, its parts (``split``, detached values by name) added to the logged ones."""
+        for name, value in split.items():
+            parts[name] = parts[name] + value
         return term
 
     if not within_class or len(unlabelled_rows):
-        loss = loss + logged("loss_objective", *objective.rows_loss_parts(
-            embedding, labels, unlabelled_rows if within_class else None))
+        plain, split = objective.rows_loss_parts(embedding, labels, unlabelled_rows if within_class else None)
+        loss = loss + counted(plain, split or {"loss_objective": plain.detach()})
     if len(labelled_rows):
         if within_class:
-            loss = loss + logged("loss_within_class", within_class_loss(
-                lambda rows: objective.rows_loss(embedding, labels, labelled_rows[rows]), labels[labelled_rows]))
+            within = within_class_loss(lambda rows: objective.rows_loss(embedding, labels, labelled_rows[rows]),
+                                       labels[labelled_rows])
+            loss = loss + counted(within, {"loss_within_class": within.detach()})
         if label_loss:
             for features in embedding["features"]:
-                loss = loss + logged("loss_label", F.cross_entropy(classifier(features[labelled_rows]),
-                                                                   labels[labelled_rows]))
+                label = F.cross_entropy(classifier(features[labelled_rows]), labels[labelled_rows])
+                loss = loss + counted(label, {"loss_label": label.detach()})
     return loss, parts
 
 

@@ -35,7 +35,8 @@ def test_fedema_blends_with_mu_tau_then_lambda_times_the_new_divergence(syntheti
     assert upload.metrics["divergence"] == second["distance"] and upload.metrics["ema_mu"] == pytest.approx(0.7)
     assert second["distance"] == pytest.approx(divergence(start, second["weights"]))
     mu = min(0.7 / d1 * second["distance"], 1.0)  # third participation: lambda kept, the new d
-    assert method.blend(second) == pytest.approx(mu)
+    assert method.blend(second) == pytest.approx(mu) and mu != pytest.approx(0.7)
+    assert participate(method, scenario, state, 3, second).metrics["ema_mu"] == pytest.approx(mu)
     third = method.start_weights(workspace, state["weights"], second, at(scenario, 3))
     name = "online.encoder.features.0.0.weight"
     torch.testing.assert_close(third[name], (1 - mu) * state["weights"][name] + mu * second["weights"][name])

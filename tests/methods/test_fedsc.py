@@ -461,6 +461,7 @@ def test_the_logged_parts_are_the_plain_spectral_loss_and_the_inter_client_corre
     loss, parts = composed_loss(FedSCSpectral(method.objective, others, 0.7), workspace, [])(
         views, CLIENTS[1][1], rows)
     assert sorted(parts) == ["loss_inter_client", "loss_objective"]
+    assert not any(value.requires_grad for value in parts.values())  # logged, not trained
     assert parts["loss_objective"].item() == pytest.approx(plain.item(), rel=1e-5)
     assert parts["loss_inter_client"].item() == pytest.approx(correction.item(), rel=1e-4)
     assert abs(correction.item()) > 1e-3 and abs(plain.item()) > 1e-3
@@ -481,6 +482,10 @@ def test_the_logged_parts_are_the_plain_spectral_loss_and_the_inter_client_corre
     assert sorted(parts) == ["loss_inter_client", "loss_label", "loss_objective", "loss_within_class"]
     assert parts["loss_inter_client"].item() == alone["loss_inter_client"].item() != 0
     assert total.item() == pytest.approx(sum(value.item() for value in parts.values()), rel=1e-5)
+    # a batch with every row labelled still has FedSC's parts, at 0, so that the step means sum to the loss
+    _, parts = semi_supervised_loss(objective, embedding, CLIENTS[1][1], torch.ones(batch, dtype=torch.bool),
+                                    torch.nn.Linear(embedding["features"][0].shape[1], 10))
+    assert parts["loss_objective"] == 0 and parts["loss_inter_client"] == 0 and parts["loss_within_class"] != 0
 
 
 def run_passes(method, server, scenario, round_index, cohort):

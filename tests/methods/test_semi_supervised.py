@@ -134,6 +134,10 @@ def test_semi_supervised_loss_is_algorithm_2(synthetic_raw):
     got, parts = semi_supervised_loss(method.objective, embedding, labels, none, online["label_classifier"])
     assert parts["loss_within_class"] == 0 and parts["loss_label"] == 0
     assert torch.allclose(parts["loss_objective"], got) and torch.allclose(got, nt_xent(z1, z2, 0.5))
+    # and one with every row labelled: no plain part, at 0
+    got, parts = semi_supervised_loss(method.objective, embedding, labels, ~none, online["label_classifier"])
+    assert parts.keys() == {"loss_objective", "loss_within_class", "loss_label"} and parts["loss_objective"] == 0
+    assert torch.allclose(got, parts["loss_within_class"] + parts["loss_label"])
 
 
 def test_semi_supervised_client_trains_the_label_classifier(synthetic_raw):
