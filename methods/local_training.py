@@ -27,7 +27,7 @@ class Workspace:
     parts: dict[str, Any] = field(default_factory=dict)  # extensions' client-side modules, by name
 
 
-# A batch's loss and the named parts to log beside it (detached), from the batch's sample rows.
+# A batch's loss and the named parts to log beside it (the loop logs them detached), from the batch's sample rows.
 BatchLoss = Callable[[Tensor], tuple[Tensor, dict[str, Tensor]]]
 
 
