@@ -105,7 +105,7 @@ import torch
 from methods.base import ClientData, ClientUpload
 from methods.fedavg import FedAvg, FedAvgParams
 from methods.local_training import Workspace, copy_into
-from methods.losses.fedsc import fedsc_local_objective
+from methods.losses.fedsc import fedsc_local_objective_parts
 from methods.losses.spectral import norm_clip
 from methods.objectives import Spectral, project
 from methods.privacy import add_gaussian_noise, correlation_sensitivity, noise_multiplier_for, rdp_epsilon
@@ -124,19 +124,19 @@ class FedSCSpectral(Spectral):
         self.alpha = alpha
 
     def rows_loss(self, embedding, labels, rows=None):
-        if self.others_correlation is None:
-            return super().rows_loss(embedding, labels, rows)
-        z1, z2 = self.clipped_projections(embedding, rows)
-        return fedsc_local_objective(z1, z2, self.others_correlation, self.alpha)
+        return self.rows_loss_parts(embedding, labels, rows)[0]
 
     def rows_loss_parts(self, embedding, labels, rows=None):
-        """Eq. 5 and its two parts: the plain spectral contrastive loss (``loss_objective``, FedAvg+SC's
-        loss) and the inter-client correction ``(1 - alpha) (Tr(R_j Rbar_{-j}) - ||R_j||_F^2 / 2)``
-        (``loss_inter_client``, the loss less the plain part; 0 before another client's matrix exists)."""
-        loss = self.rows_loss(embedding, labels, rows)
-        with torch.no_grad():
+        """Eq. 5 (:func:`methods.losses.fedsc.fedsc_local_objective`) and its two parts: the plain
+        spectral contrastive loss (``loss_objective``, FedAvg+SC's loss) and the inter-client correction
+        ``(1 - alpha) (Tr(R_j Rbar_{-j}) - ||R_j||_F^2 / 2)`` (``loss_inter_client``; 0 before another
+        client's matrix exists, when the loss is plain SC)."""
+        if self.others_correlation is None:
             plain = super().rows_loss(embedding, labels, rows)
-        return loss, {"loss_objective": plain, "loss_inter_client": loss.detach() - plain}
+            return plain, {"loss_objective": plain.detach(), "loss_inter_client": torch.zeros_like(plain.detach())}
+        z1, z2 = self.clipped_projections(embedding, rows)
+        plain, correction = fedsc_local_objective_parts(z1, z2, self.others_correlation, self.alpha)
+        return plain + correction, {"loss_objective": plain.detach(), "loss_inter_client": correction.detach()}
 
 
 @dataclass(frozen=True)

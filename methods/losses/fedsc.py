@@ -29,6 +29,15 @@ def fedsc_local_objective(z1: Tensor, z2: Tensor, others_correlation: Tensor, al
     Returns:
         Scalar loss.
     """
+    plain, correction = fedsc_local_objective_parts(z1, z2, others_correlation, alpha)
+    return plain + correction
+
+
+def fedsc_local_objective_parts(z1: Tensor, z2: Tensor, others_correlation: Tensor, alpha: float
+                                ) -> tuple[Tensor, Tensor]:
+    """The two terms :func:`fedsc_local_objective` sums, in its order of operations: ``L_SC`` and the
+    inter-client correction ``(1 - alpha) (Tr(R_j Rbar_{-j}) - 1/2 ||R_j||_F^2)``."""
     local = correlation_matrix(z1, z2)
     inter_client = (local * others_correlation.detach().T).sum()  # Tr(R_j Rbar_{-j})
-    return spectral_contrastive(z1, z2) + (1 - alpha) * (inter_client - 0.5 * local.square().sum())
+    plain = spectral_contrastive(z1, z2)
+    return plain, (1 - alpha) * (inter_client - 0.5 * local.square().sum())

@@ -1,7 +1,7 @@
 """FedSC's local objective (Eq. 5 / Eq. 80) against a hand computation and Eq. 6."""
 import torch
 
-from methods.losses.fedsc import fedsc_local_objective
+from methods.losses.fedsc import fedsc_local_objective, fedsc_local_objective_parts
 from methods.losses.spectral import correlation_matrix, spectral_contrastive
 
 Z1 = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
@@ -17,6 +17,9 @@ def test_loss_matches_hand_computation():
     assert torch.isclose(fedsc_local_objective(Z1, Z2, OTHERS, 0.25), torch.tensor(0.703125))
     # alpha = 0 keeps only contraction and inter-client contrast: -1.5 + 2.5
     assert torch.isclose(fedsc_local_objective(Z1, Z2, OTHERS, 0.0), torch.tensor(1.0))
+    # its two logged parts: L_SC = -1.5 + 0.5 * 2.625 = -0.1875, the correction 0.75 (2.5 - 2.625 / 2) = 0.890625
+    plain, correction = fedsc_local_objective_parts(Z1, Z2, OTHERS, 0.25)
+    assert torch.isclose(plain, torch.tensor(-0.1875)) and torch.isclose(correction, torch.tensor(0.890625))
 
 
 def test_gradient_matches_hand_computation():
