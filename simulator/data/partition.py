@@ -186,7 +186,9 @@ def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *
     or one more), dealt out client by client (``fill: in_order``: the last clients depart from their
     draws) or sample by sample in a random order of the clients (``random_order``: every client does).
     classes_per_client: each client holds ``k`` classes. rotation: iid, plus per-sample rotation angles
-    skewed per client over ``rotation_bins`` bins by Dir(rotation_alpha). joint: dirichlet plus rotation.
+    skewed per client over ``rotation_bins`` bins by Dir(rotation_alpha) per bin (no prior: the UV paper's
+    "alpha 0.1, one or two bins a client" over 10 bins is ``rotation_alpha`` 0.01). joint: dirichlet plus
+    rotation.
     """
     labels = np.asarray(labels)
     if labels.ndim != 1 or len(labels) == 0 or not np.issubdtype(labels.dtype, np.integer):

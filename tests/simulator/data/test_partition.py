@@ -1,10 +1,13 @@
 """Client partitions: coverage, sizes, label and rotation skew, determinism, argument errors."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from simulator.data.partition import (DIRICHLET_FILLS, PARTITION_KINDS, Partition, _random_order_counts, _rotations,
                                       build_partition, make_partition)
+from simulator.scenario import load_scenario
 
 BALANCED = np.repeat(np.arange(10), 100)  # 10 classes x 100 samples, grouped by class
 SHUFFLED = np.random.default_rng(0).permutation(BALANCED)
@@ -288,3 +291,19 @@ def test_a_scenario_partition_passes_every_partition_setting():
                               rotation_bins=4, rotation_alpha=5.0)
     for got, want in zip((built.indices, built.rotations), (expected.indices, expected.rotations)):
         assert len(got) == 8 and all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+UV_PAPER_ROTATION_FILES = sorted(Path(__file__).resolve().parents[3].joinpath("scenarios", "uv").glob("cifar*_*shift*.yaml"))
+
+
+@pytest.mark.parametrize("path", UV_PAPER_ROTATION_FILES, ids=lambda p: p.stem)
+def test_the_uv_papers_scenarios_give_most_clients_one_or_two_rotation_bins(path):
+    """Appendix A of Louizos et al. 2024: "each client receives one or two bins of rotations" (Dir(0.1
+    x the prior of 10 bins)); at ``rotation_alpha`` 0.1 per bin 3% of the clients would."""
+    scenario = load_scenario(path)
+    classes = 100 if scenario["dataset"]["name"] == "cifar100" else 10
+    labels = np.random.default_rng(0).permutation(np.repeat(np.arange(classes), 50_000 // classes))
+    partition = build_partition(scenario, labels)
+    bins = scenario["partition"]["rotation_bins"]
+    bins_held = np.array([len(np.unique((angles // (360 / bins)).astype(int))) for angles in partition.rotations])
+    assert len(UV_PAPER_ROTATION_FILES) == 16 and np.mean(bins_held <= 2) > 0.8, np.mean(bins_held <= 2)
