@@ -48,7 +48,8 @@ def train_objective(workspace: Workspace, objective: Objective, terms: list[Clie
                     ctx: RoundContext, target_momentum: float, who: str) -> dict[str, float]:
     """Local SGD epochs on the client's data (:func:`methods.local_training.train_local_epochs`) on
     :func:`composed_loss`, views and sample order drawn from the client's round generator; returns
-    the mean training loss (``"loss"``, NaN when no step ran) and of each of its parts."""
+    the mean training loss (``"loss"``) and of each of its parts (none when no step ran: the round's
+    means are over the clients that trained)."""
     online, target, device = workspace.online, workspace.target, workspace.device
     online.train()
     generator = ctx.client_generator(data.client_id)
@@ -64,4 +65,4 @@ def train_objective(workspace: Workspace, objective: Objective, terms: list[Clie
                      after_step=[term.after_step for term in terms])
     if target is not None:
         step.after_step.append(lambda: ema_update(target, online, target_momentum))
-    return train_local_epochs(step, len(labels), generator, device, ctx, who) or {"loss": float("nan")}
+    return train_local_epochs(step, len(labels), generator, device, ctx, who)

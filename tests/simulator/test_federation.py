@@ -91,6 +91,28 @@ def test_round_metrics_mean_the_clients_and_count_every_epoch_s_samples(syntheti
     assert metrics["train/samples"] == 2 * (16 + 8 + 4)
 
 
+def test_a_client_that_takes_no_step_is_left_out_of_the_rounds_loss(synthetic_raw):
+    """With ``training.drop_last`` a client with fewer images than a batch takes no local step: it
+    reports no loss, and the round's ``train/loss`` is the mean over the clients that trained (it was
+    NaN, the no-step client's placeholder, in every such round)."""
+    scenario = resolve({**synthetic_raw, "training": {**synthetic_raw["training"], "batch_size": 8, "drop_last": True}})
+    data = make_synthetic(train_per_class=4, test_per_class=2, seed=0)
+    clients = [(data.train_x[:16], data.train_y[:16]), (data.train_x[16:24], data.train_y[16:24]),
+               (data.train_x[24:28], data.train_y[24:28])]
+    spec = DataSpec(1, 28, 10, tuple(len(y) for _, y in clients))
+    method = build_method(scenario, spec)
+    ctx = RoundContext(1, 2, (0, 1, 2), scenario["seed"], freeze(scenario))
+    server = Server(method)
+    broadcast, extras, _ = server.payload(ctx, [[0, 1, 2]])
+    result = simulate_clients(method, method.make_workspace(torch.device("cpu")), lambda c: clients[c], broadcast,
+                              extras[0], [0, 1, 2], ctx)
+    assert "loss" not in result.metrics[2]
+    metrics = server.aggregate(ctx, [result])
+    assert metrics["train/loss"] == pytest.approx((result.metrics[0]["loss"] + result.metrics[1]["loss"]) / 2,
+                                                  rel=1e-12)
+    assert metrics["clients/completed"] == 3
+
+
 class UploadsOf:
     """A stand-in method whose client ``cid`` uploads ``uploads[cid]`` (a Stats, or an exception)."""
     name = "stand_in"
