@@ -388,6 +388,10 @@ class ServerInActor:
             raise ServerLost(f"round {ctx.round}: the parameter server died") from None
         except ray.exceptions.ObjectLostError:  # an argument, a share's sums (Ray >= 2.9 raises the cause's type)
             raise SumsLost(f"round {ctx.round}: a share's sums were lost") from None
+        except ray.exceptions.RayTaskError as err:  # the server step's own failure: its line, not the actor's trace
+            if isinstance(err.cause, RunFailure):
+                raise err.cause from None
+            raise
 
     def bytes_down_without_reports(self, ctx: RoundContext) -> dict[str, int]:
         try:

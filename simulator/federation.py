@@ -214,8 +214,13 @@ class Server:
         return broadcast, extras, bytes_down
 
     def aggregate(self, ctx: RoundContext, results: list[WorkerResult]) -> dict[str, float]:
-        """Reduce the workers' sums, apply the server step; returns the round's metrics."""
-        total = sum_stats(r.stats for r in results)
+        """Reduce the workers' sums, apply the server step; returns the round's metrics. Shares whose
+        sums together would pass the exact sums' range raise :class:`WorkerFailure`, as one share's
+        own sum does in its worker (:func:`simulate_clients`), however the cohort was split."""
+        try:
+            total = sum_stats(r.stats for r in results)
+        except OverflowError as err:  # the shares' sums would pass int64 together (simulator.stats)
+            raise WorkerFailure(f"round {ctx.round}, method {self.method.name}: {err}") from None
         records = {cid: rec for r in results for cid, rec in sorted(r.records.items())}
         records = dict(sorted(records.items()))
         self.state, metrics = self.method.server_update(self.state, total, records, ctx)

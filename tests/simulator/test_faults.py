@@ -624,6 +624,29 @@ def test_a_server_actor_dead_as_it_is_handed_a_state_is_a_lost_server(fault_free
         server.restore({})
 
 
+def test_a_server_step_that_fails_in_the_server_actor_stops_the_run_with_its_own_line(fault_free, tmp_path,
+                                                                                     monkeypatch):
+    """A :class:`RunFailure` of the server step in the parameter-server actor (the shares' sums too
+    large together, ``Server.aggregate``) reaches the driver as itself: its one line, not wrapped in
+    Ray's task error with the actor's traceback in its message, as it came before."""
+    import ray
+
+    from simulator import engine
+    from simulator.engine import ParameterServer
+    from simulator.federation import WorkerFailure
+
+    class SumsTooLarge(ParameterServer):  # local, so that Ray ships it by value
+        def aggregate(self, ctx, bytes_down, *results):
+            raise WorkerFailure(f"round {ctx.round}, method fedavg: uploads too large to sum exactly")
+
+    scenario, _, _ = fault_free
+    monkeypatch.setattr(engine, "ServerActor", ray.remote(SumsTooLarge))
+    with pytest.raises(WorkerFailure) as err:
+        run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    assert type(err.value) is WorkerFailure, type(err.value)
+    assert re.fullmatch(r"round \d+, method fedavg: uploads too large to sum exactly", str(err.value)), str(err.value)
+
+
 @pytest.mark.parametrize("deaths", [1, 3])
 def test_the_switch_to_ray_replaces_a_server_that_dies_as_it_is_handed_the_drivers_state(deaths):
     """Once: a new server gets the in-process server's state (no round played again); every time:

@@ -148,6 +148,20 @@ def test_an_upload_past_the_exact_sums_range_names_round_client_and_method(case)
         assert "too large to sum exactly" in message and "diverged" not in message
 
 
+def test_shares_whose_sums_pass_the_range_together_fail_as_one_share_does(synthetic_raw):
+    """Two shares each within the exact sums' range whose sum is not: the server's reduction raises
+    the same ``WorkerFailure`` line as a worker whose running sum passes it (the run's one line, the
+    same class whether the cohort ran in one worker or two; it was a bare ``OverflowError``)."""
+    from simulator.federation import WorkerFailure, WorkerResult
+    from simulator.stats import Stats
+    ctx = RoundContext(3, 5, (4, 9), 0, freeze({}))
+    near_the_sum_limit = Stats({"x": torch.zeros(1, dtype=torch.int64)}, 1, 2.0 ** 62.5)
+    server = Server(build_method(resolve(synthetic_raw), DataSpec(1, 28, 10, (2, 2))))
+    with pytest.raises(WorkerFailure) as err:
+        server.aggregate(ctx, [WorkerResult(stats=near_the_sum_limit), WorkerResult(stats=near_the_sum_limit)])
+    assert str(err.value).startswith("round 3, method fedavg: uploads of 2 weight too large to sum exactly"), err
+
+
 def test_the_default_pool_is_ray_num_workers_workers_of_ray_worker_and_pools_go_by_name():
     from simulator.federation import worker_pools
     worker = {"num_cpus": 2, "num_gpus": 0.5}
