@@ -463,10 +463,13 @@ def metric_value(run: dict, section: str, metric: str) -> float | None:
 
 
 def decide(interval: tuple[float, float] | None, direction: str, margin: float | None) -> tuple[str, str]:
-    """(verdict, reason) of one comparison from the 95% interval of the mean difference (points)."""
+    """(verdict, reason) of one comparison from the 95% interval of the mean difference (points),
+    its ends rounded to 1e-9 points: accuracies are counts over the test images, so differences of
+    exactly a margin on every seed are an interval of exactly it, not floating point's just below
+    or just above (``100 * (0.8123 - 0.8023)`` is 1.0000000000000009)."""
     if interval is None:
         return "not reproduced", "one seed: no interval"
-    lo, hi = interval
+    lo, hi = (round(end, 9) for end in interval)
     if direction == "greater":
         if lo > 0:
             return "reproduced", "the interval lies above zero"
@@ -601,7 +604,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         verdicts.append(verdict)
         interval = "n/a" if d.interval is None else f"[{d.interval[0]:+.2f}, {d.interval[1]:+.2f}]"
         outcome = "no verdict yet" if pending else f"**{verdict}** ({reason})"
-        if d.interval is not None and d.interval[0] == d.interval[1]:
+        if d.interval is not None and round(d.interval[0], 9) == round(d.interval[1], 9):
             outcome += "; the differences are equal on every seed, so the interval has no width" + (
                 ": the outcome rests on their sign alone; more seeds, or a finer metric, would show their spread"
                 if comparison.direction == "greater" else "")

@@ -185,8 +185,8 @@ def parse_margins(items: list[str] | None) -> dict[str, float]:
             margins[metric] = float(points)
         except ValueError:
             raise ValueError(f"--margin: expected METRIC=POINTS, e.g. knn_top1=2, got {item!r}") from None
-        if not metric or not 0 <= margins[metric] < math.inf:
-            raise ValueError(f"--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, "
+        if not metric or not 0 < margins[metric] < math.inf:  # a run level with its round 0 never clears
+            raise ValueError(f"--margin: expected METRIC=POINTS with a metric name and finite POINTS > 0, "
                              f"got {item!r}")
     return margins
 
@@ -325,10 +325,11 @@ class PairedDifference:
 def paired_difference(arm: list[dict], baseline: list[dict], value: Callable[[dict], float | None]
                       ) -> PairedDifference | None:
     """``value(run)`` of the ``arm`` runs minus that of the ``baseline`` runs of the same seeds
-    (points); None when no seed has both or a paired run lacks the value."""
+    (points); None when no seed has both or a paired run lacks the value (None, or not finite)."""
     arm_values, base_values = ({run["seed"]: value(run) for run in runs} for runs in (arm, baseline))
     seeds = tuple(sorted(seed for seed in arm_values if seed in base_values))
-    if not seeds or any(arm_values[s] is None or base_values[s] is None for s in seeds):
+    paired = [v for s in seeds for v in (arm_values[s], base_values[s])]
+    if not seeds or not all(v is not None and math.isfinite(v) for v in paired):
         return None
     return PairedDifference.of(seeds, tuple(100 * (arm_values[s] - base_values[s]) for s in seeds))
 
@@ -394,10 +395,10 @@ def paired_table(runs: list[dict], baseline: str) -> str:
             continue
         differences = [paired_difference(members, groups[baseline], lambda run, key=key: run["final"][key])
                        for key in finals]
-        if differences[0] is None:
-            continue
-        seeds = ",".join(map(str, differences[0].seeds))
-        lines.append(f"| {name} | {seeds} | " + " | ".join(d.cell() for d in differences) + " |")
+        shared = sorted({run["seed"] for run in members} & {run["seed"] for run in groups[baseline]})
+        seeds = ",".join(map(str, shared)) or "none (no seed in common with the baseline)"
+        cells = " | ".join("n/a" if d is None else d.cell() for d in differences)
+        lines.append(f"| {name} | {seeds} | {cells} |")
     by_seed: dict[int, dict[str, dict]] = defaultdict(dict)
     for name, members in groups.items():
         for run in members:

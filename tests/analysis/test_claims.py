@@ -36,6 +36,9 @@ REPO = Path(__file__).resolve().parents[2]
     ((-1.0, 0.5), "equivalent", 1.0, "not reproduced"),       # touches -1: not inside
     ((-0.5, 1.0), "not_greater", 1.0, "not reproduced"),      # touches +1
     ((1.0, 2.0), "not_greater", 1.0, "not reproduced"),       # from +1 up: not wholly above it
+    ((-0.5, 1.0), "equivalent", 1.0, "not reproduced"),       # touches +1: not inside
+    ((1.0, 2.0), "equivalent", 1.0, "not reproduced"),        # from +1 up: not wholly outside
+    ((-2.0, -1.0), "equivalent", 1.0, "not reproduced"),      # up to -1: not wholly outside
 ])
 def test_verdict_from_the_interval(interval, direction, margin, verdict):
     assert decide(interval, direction, margin)[0] == verdict
@@ -238,6 +241,13 @@ def test_differences_equal_on_every_seed_are_flagged(tmp_path, synthetic_raw, ca
     assert main(["claim", str(suite)]) == 0
     out = capsys.readouterr().out
     assert "the differences are equal on every seed, so the interval has no width\n" in out and "sign" not in out
+    shutil.rmtree(tmp_path / "runs")  # exactly the margin on every seed (100 * (a - b): 1 + 9e-16, 1 - 1e-14, ...)
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "not_greater",
+                                                  "margin": 1.0}], {"a": [0.7121, 0.9188, 0.898],
+                                                                    "b": [0.7021, 0.9088, 0.888]})
+    assert main(["claim", str(suite)]) == 0
+    assert ("+1.00 [+1.00, +1.00] points over 3 seeds → **not reproduced** (the interval reaches beyond +1: the data "
+            "cannot tell); the differences are equal on every seed") in capsys.readouterr().out
 
 
 def test_equivalence_inside_and_outside_the_margin(tmp_path, synthetic_raw, capsys):
@@ -277,6 +287,11 @@ def test_an_arm_whose_gain_interval_reaches_zero_is_not_shown_to_learn_whatever_
                                                                     "direction": "greater"}],
                                          {"a": [0.62, 0.63, 0.64], "c": [0.55, 0.56, 0.54]}))]) == 0
     assert "Deciding arm" not in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "runs")  # c level with its round 0 on every seed: [+0.00, +0.00] is not above zero
+    assert main(["claim", str(fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "c",
+                                                                    "direction": "greater"}],
+                                         {"a": [0.62, 0.63, 0.64], "c": [0.50, 0.50, 0.50]}))]) == 0
+    assert "interval not above zero): c; the verdict" in capsys.readouterr().out
 
 
 def test_secondary_arms_and_comparisons_are_printed_and_decide_nothing(tmp_path, synthetic_raw, capsys):

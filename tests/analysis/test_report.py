@@ -271,6 +271,32 @@ def test_a_paired_run_lacking_the_value_gives_no_difference(tmp_path):
     assert mean_std([0.5, 0.7]) == "60.00 ± 14.14"
 
 
+def test_differences_of_exactly_a_margin_on_every_seed_are_that_margin_and_a_nan_is_no_difference(tmp_path):
+    """Accuracies are counts over the test images: 100 images of 10,000 apart on every seed is a
+    difference of exactly 1 point, whatever floating point makes of 100 * (0.8123 - 0.8023); the
+    interval is then [+1, +1], and ``decide`` reads it as exactly 1 (at a 1-point margin a tie is "not
+    reproduced", not "contradicted" or "reproduced" by noise). A NaN (of metrics.parquet) is no value."""
+    from analysis.claims import decide
+    assert 100 * (0.8123 - 0.8023) > 1 and 100 * (0.011 - 0.001) < 1  # the noise the rounding removes
+    for a, b in ((0.8123, 0.8023), (0.011, 0.001)):
+        runs = {name: [{"seed": seed, "final": {"m": value}} for seed in (0, 1, 2)]
+                for name, value in (("a", a), ("b", b))}
+        d = paired_difference(runs["a"], runs["b"], lambda run: run["final"]["m"])
+        assert d.diffs == pytest.approx((1.0, 1.0, 1.0), abs=1e-12)
+        assert d.cell() == "+1.00 [+1.00, +1.00] (ahead on 3/3)"
+        assert decide(d.interval, "not_greater", 1.0)[0] == decide(d.interval, "equivalent", 1.0)[0] == "not reproduced"
+    runs = [{"seed": seed, "final": {"m": value}} for seed, value in ((0, 0.5), (1, float("nan")))]
+    baseline = [{"seed": seed, "final": {"m": 0.4}} for seed in (0, 1)]
+    assert paired_difference(runs, baseline, lambda run: run["final"]["m"]) is None
+
+
+def test_a_scenario_sharing_no_seed_with_the_baseline_is_a_row_of_n_a(tmp_path):
+    """It was left out of ``fedssl report --baseline``'s table without a word."""
+    dirs = [fake_run(tmp_path, "base", s, 0.6) for s in (0, 1)] + [fake_run(tmp_path, "other", s, 0.7) for s in (5, 6)]
+    table = paired_table([read_run(d) for d in dirs], "base")
+    assert "| other | none (no seed in common with the baseline) | n/a | n/a |" in table
+
+
 def label_efficient_run(tmp_path, name, seed, finetune=False):
     """A run whose summary carries the label-efficient metrics (0.01 and 0.1, fine-tuning optional)."""
     run_dir = fake_run(tmp_path, name, seed, 0.7)
@@ -367,8 +393,10 @@ def test_learning_table_says_whether_each_run_gains_more_with_1pct_of_the_labels
 
 @pytest.mark.parametrize("margin, message", [
     ("knn_top1", "--margin: expected METRIC=POINTS, e.g. knn_top1=2, got 'knn_top1'"),
-    ("knn_top1=-1", "--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, got 'knn_top1=-1'"),
-    ("knn_top1=inf", "--margin: expected METRIC=POINTS with a metric name and finite POINTS >= 0, got 'knn_top1=inf'"),
+    ("knn_top1=-1", "--margin: expected METRIC=POINTS with a metric name and finite POINTS > 0, got 'knn_top1=-1'"),
+    ("knn_top1=inf", "--margin: expected METRIC=POINTS with a metric name and finite POINTS > 0, got 'knn_top1=inf'"),
+    # "clears a margin of 0" would contradict "not above its round-0 network" for a gain of exactly 0
+    ("knn_top1=0", "--margin: expected METRIC=POINTS with a metric name and finite POINTS > 0, got 'knn_top1=0'"),
     ("nope=2", "--margin: expected metrics every run has (knn_top1, linear_top1), got nope"),
     (["knn_top1=2", "knn_top1=30"], "--margin: expected each metric once, got knn_top1 twice ('knn_top1=30')"),
 ])
