@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
+from typing import Any
 
 import ray
 import torch
@@ -193,14 +194,23 @@ class Worker:
         driver see that the share is done, or that the worker died, without fetching the sums."""
         states = None
         if self.store is not None:
-            states = {cid: loads(blob) for cid, blob in ray.get(self.store.get.remote(client_ids)).items()}
+            states = {cid: loads(blob) for cid, blob in self.ask_store(ctx, "get", client_ids).items()}
         result = simulate_clients(self.method, self.workspace, self.reader.client, broadcast, extras,
                                   client_ids, ctx, states)
         if self.store is not None:
-            ray.get(self.store.put.remote({cid: dumps(s) for cid, s in result.client_states.items()}))
+            self.ask_store(ctx, "put", {cid: dumps(s) for cid, s in result.client_states.items()})
             result.client_states = {}
         result.rss_mb = memory_mb()["rss_mb"]
         return len(client_ids), result
+
+    def ask_store(self, ctx: RoundContext, call: str, argument: Any) -> Any:
+        """The client-state store's answer to ``call(argument)``; a store that died is
+        :class:`StoreLost` (it reached the driver as this worker's own death, which the engine healed
+        by replacing live workers until it gave up, naming them)."""
+        try:
+            return ray.get(getattr(self.store, call).remote(argument))
+        except ray.exceptions.RayActorError:
+            raise StoreLost(f"round {ctx.round}: the client-state store died") from None
 
 
 @ray.remote
@@ -247,6 +257,11 @@ class WorkerInDriver:
             return result
         except FloatingPointError as err:
             raise WorkerFailure(str(err)) from None
+
+
+class StoreLost(RunFailure):
+    """The client-state store's actor died (killed, out of memory): the run stops; a resume starts a
+    new store from the last checkpoint's client states."""
 
 
 class SumsLost(RunFailure):
@@ -855,6 +870,8 @@ class RayFederation:
                     failed.append(i)
                 elif isinstance(getattr(err, "cause", None), FloatingPointError):
                     raise WorkerFailure(str(err.cause)) from None
+                elif isinstance(getattr(err, "cause", None), StoreLost):
+                    raise err.cause from None
                 else:
                     raise
         return failed

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -241,6 +242,36 @@ def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_st
         stored = ClientStateStore(store_dir).get([0, 1, 2, 3])  # what the federation's store committed
         return ({cid: loads(blob)["networks"] for cid, blob in stored.items()}, federation.state(),
                 federation.worker_restarts)
+    finally:
+        federation.shutdown()
+
+
+@pytest.mark.parametrize("driver_simulates", [False, True])
+def test_a_dead_client_state_store_stops_the_round_naming_it_not_the_workers(ray_session, synthetic_raw,
+                                                                            driver_simulates):
+    """The store's actor killed between two rounds: the next round's share stops with
+    ``StoreLost`` (resumable) without replacing a worker. A worker's call into the dead store reached
+    the driver as the worker's own death (Ray's task error is an actor error too): live workers were
+    replaced until the engine gave up with "workers kept dying"; the driver's own share raised Ray's."""
+    import ray
+
+    from simulator.engine import StoreLost
+    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
+           "ray": {"num_workers": 1, "driver_simulates": driver_simulates},
+           "method": {"name": "fedema", "objective": "byol", "selective": False}}
+    scenario = resolve(raw)
+    partition_dir = prepare_partition(scenario)
+    federation = new_federation(scenario)
+    federation.setup(data_spec(partition_dir, scenario), str(partition_dir),
+                     str(Path(synthetic_raw["output"]["dir"]) / "store"))
+    try:
+        federation.run_round(RoundContext(1, 2, sample_cohort(scenario["seed"], 1, 4, 2)[1], scenario["seed"],
+                                          freeze(scenario)))
+        ray.kill(federation.store, no_restart=True)
+        with pytest.raises(StoreLost, match="^round 2: the client-state store died$") as err:
+            federation.run_round(RoundContext(2, 2, sample_cohort(scenario["seed"], 2, 4, 2)[1], scenario["seed"],
+                                              freeze(scenario)))
+        assert err.value.resumable and federation.worker_restarts == 0
     finally:
         federation.shutdown()
 
