@@ -70,20 +70,26 @@ def test_a_rounds_passes_add_up_their_traffic_and_keep_the_last_values():
                       "bytes_down/correlation": 8.0, "clients/completed": 2.0, "train/loss": 0.5}
 
 
-def test_round_metrics_mean_the_clients_and_count_every_epoch_s_samples(synthetic_raw):
-    """``train/<name>``: the mean over the reporting clients of their metric; ``train/samples``: the
-    samples trained on, each local epoch counted (here 2 epochs over clients of 16, 8 and 4 images)."""
-    scenario = resolve({**synthetic_raw, "training": {**synthetic_raw["training"], "local_epochs": 2}})
+def three_clients_one_round(raw: dict, training: dict):
+    """(the server, the round's context, the worker's result) of one round of clients of 16, 8 and 4
+    synthetic images in one share, under ``raw`` with ``training`` settings over its own."""
+    scenario = resolve({**raw, "training": {**raw["training"], **training}})
     data = make_synthetic(train_per_class=4, test_per_class=2, seed=0)
     clients = [(data.train_x[:16], data.train_y[:16]), (data.train_x[16:24], data.train_y[16:24]),
                (data.train_x[24:28], data.train_y[24:28])]
-    spec = DataSpec(1, 28, 10, tuple(len(y) for _, y in clients))
-    method = build_method(scenario, spec)
+    method = build_method(scenario, DataSpec(1, 28, 10, tuple(len(y) for _, y in clients)))
     ctx = RoundContext(1, 2, (0, 1, 2), scenario["seed"], freeze(scenario))
     server = Server(method)
     broadcast, extras, _ = server.payload(ctx, [[0, 1, 2]])
     result = simulate_clients(method, method.make_workspace(torch.device("cpu")), lambda c: clients[c], broadcast,
                               extras[0], [0, 1, 2], ctx)
+    return server, ctx, result
+
+
+def test_round_metrics_mean_the_clients_and_count_every_epoch_s_samples(synthetic_raw):
+    """``train/<name>``: the mean over the reporting clients of their metric; ``train/samples``: the
+    samples trained on, each local epoch counted (here 2 epochs over clients of 16, 8 and 4 images)."""
+    server, ctx, result = three_clients_one_round(synthetic_raw, {"local_epochs": 2})
     losses = [result.metrics[c]["loss"] for c in (0, 1, 2)]
     assert len(set(losses)) == 3  # a mean and a median differ
     metrics = server.aggregate(ctx, [result])
@@ -95,17 +101,7 @@ def test_a_client_that_takes_no_step_is_left_out_of_the_rounds_loss(synthetic_ra
     """With ``training.drop_last`` a client with fewer images than a batch takes no local step: it
     reports no loss, and the round's ``train/loss`` is the mean over the clients that trained (it was
     NaN, the no-step client's placeholder, in every such round)."""
-    scenario = resolve({**synthetic_raw, "training": {**synthetic_raw["training"], "batch_size": 8, "drop_last": True}})
-    data = make_synthetic(train_per_class=4, test_per_class=2, seed=0)
-    clients = [(data.train_x[:16], data.train_y[:16]), (data.train_x[16:24], data.train_y[16:24]),
-               (data.train_x[24:28], data.train_y[24:28])]
-    spec = DataSpec(1, 28, 10, tuple(len(y) for _, y in clients))
-    method = build_method(scenario, spec)
-    ctx = RoundContext(1, 2, (0, 1, 2), scenario["seed"], freeze(scenario))
-    server = Server(method)
-    broadcast, extras, _ = server.payload(ctx, [[0, 1, 2]])
-    result = simulate_clients(method, method.make_workspace(torch.device("cpu")), lambda c: clients[c], broadcast,
-                              extras[0], [0, 1, 2], ctx)
+    server, ctx, result = three_clients_one_round(synthetic_raw, {"batch_size": 8, "drop_last": True})
     assert "loss" not in result.metrics[2]
     metrics = server.aggregate(ctx, [result])
     assert metrics["train/loss"] == pytest.approx((result.metrics[0]["loss"] + result.metrics[1]["loss"]) / 2,
