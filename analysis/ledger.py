@@ -15,8 +15,8 @@ are shipped now and reads the margins off the runs that match:
   recorded 3-round baseline (``tests/scenarios_baseline.json``, which a change to what a scenario
   computes re-records on purpose). Where a later commit did, the run is **stale**; where the run's
   code is not recorded (runs before ``summary.json`` named it), carries uncommitted changes, is not
-  in this repository's history, or predates the baselines, it is **unknown**. Stale and unknown
-  runs are shown apart, with their verdicts, and decide nothing.
+  in this repository's history, or predates the scenario's first baseline record, it is
+  **unknown**. Stale and unknown runs are shown apart, with their verdicts, and decide nothing.
 
 A second table says, per file, where its mean gain over its seeds of current code lies against each
 margin (a 95% Student-t interval over seeds): wholly above, wholly below (a file whose expected gain
@@ -106,6 +106,11 @@ class History:
         return tuple(found)
 
     @lru_cache(maxsize=None)
+    def first_record(self, scenario_path: str) -> str | None:
+        """The oldest commit whose baseline records ``scenario_path`` (None: none does)."""
+        return next((c for c in reversed(self.baseline_commits) if scenario_path in self.baseline_at(c)), None)
+
+    @lru_cache(maxsize=None)
     def parent_and_touched(self, commit: str) -> tuple[str | None, tuple[str, ...]]:
         """``commit``'s parent (None for a root commit) and the paths it changed."""
         parent = git(self.root, "rev-parse", "--verify", "--quiet", f"{commit}^")
@@ -128,7 +133,8 @@ class History:
             # "git 0123456789ab+modified" (uncommitted changes) names no commit git knows: unknown
             commit = line.rpartition("git ")[2] if "git " in line else ""
             full = self.full(commit) if commit else None
-            if full is None or not self.contains(full, self.baseline_commits[-1]):
+            # a run older than the scenario's first record: what changed before that record is not known
+            if full is None or not self.contains(full, self.first_record(scenario_path) or self.baseline_commits[-1]):
                 return "unknown"
             states.add("stale" if any(not self.contains(full, c) for c in self.changes(scenario_path)) else "current")
         return "stale" if "stale" in states else "current"

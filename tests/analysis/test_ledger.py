@@ -110,6 +110,20 @@ def test_a_change_to_methods_with_the_file_makes_earlier_runs_stale(history):
     assert h.code_state(code(c["c5"]), name) == "stale" and h.code_state(code(both), name) == "current"
 
 
+def test_a_run_older_than_its_scenarios_first_record_is_of_unknown_code(history):
+    """A scenario first recorded after a code change (c6 here, the change c5 -> c6's code): a run at
+    c5 predates what any record can tell of that scenario, so it is unknown, not current (the rule read
+    the oldest baseline of any scenario)."""
+    repo, c = history
+    name = "scenarios/fedavg/byol.yaml"
+    change = commit(repo, "a code change", files={"simulator/x.py": "a = 3\n", name: (REPO / name).read_text()})
+    first = commit(repo, "the file first recorded", {**json.loads((repo / "tests/scenarios_baseline.json").read_text())
+                                                     ["scenarios"], name: {"AVX2": record("b1")}})
+    h = History(repo)
+    assert h.first_record(name) == first and h.changes(name) == ()
+    assert [h.code_state(code(k), name) for k in (c["c5"], change, first)] == ["unknown", "unknown", "current"]
+
+
 def test_the_first_baselines_one_capability_format_is_read(history):
     repo, c = history
 
