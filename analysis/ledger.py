@@ -23,7 +23,9 @@ margin (a 95% Student-t interval over seeds): wholly above, wholly below (a file
 falls short: its setting, not its luck, misses), or across it. It is descriptive and decides nothing;
 issue 15's verdict is the first table's, on every seed run.
 
-Limits, said rather than hidden: a change to the evaluation code does not show in the baselines
+Limits, said rather than hidden: issue 15's third condition, a larger gain with 1% of the labels
+(``results/protocol.md``), is not judged here (``fedssl report`` and ``fedssl claim`` print it per run);
+a change to the evaluation code does not show in the baselines
 (they run without evaluation), and a run of a longer budget is not read at the shipped budget's
 round even where the two agree up to it (a constant learning rate), so such runs are not counted.
 """
