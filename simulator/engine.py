@@ -204,9 +204,8 @@ class Worker:
         return len(client_ids), result
 
     def ask_store(self, ctx: RoundContext, call: str, argument: Any) -> Any:
-        """The client-state store's answer to ``call(argument)``; a store that died is
-        :class:`StoreLost` (it reached the driver as this worker's own death, which the engine healed
-        by replacing live workers until it gave up, naming them)."""
+        """The client-state store's answer to ``call(argument)``; a store that died raises
+        :class:`StoreLost` (not Ray's error, which reached the driver as this worker's own death)."""
         try:
             return ray.get(getattr(self.store, call).remote(argument))
         except ray.exceptions.RayActorError:
