@@ -293,7 +293,7 @@ def test_a_scenario_partition_passes_every_partition_setting():
         assert len(got) == 8 and all(np.array_equal(a, b) for a, b in zip(got, want))
 
 
-UV_PAPER_ROTATION_FILES = sorted(Path(__file__).resolve().parents[3].joinpath("scenarios", "uv").glob("cifar*_*shift*.yaml"))
+UV_PAPER_ROTATION_FILES = sorted((Path(__file__).resolve().parents[3] / "scenarios" / "uv").glob("cifar*_*shift*.yaml"))
 
 
 @pytest.mark.parametrize("path", UV_PAPER_ROTATION_FILES, ids=lambda p: p.stem)
