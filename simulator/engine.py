@@ -869,7 +869,7 @@ class RayFederation:
                     failed.append(i)
                 elif isinstance(getattr(err, "cause", None), FloatingPointError):
                     raise WorkerFailure(str(err.cause)) from None
-                elif isinstance(getattr(err, "cause", None), StoreLost):
+                elif isinstance(getattr(err, "cause", None), RunFailure):  # the share's own failure (StoreLost)
                     raise err.cause from None
                 else:
                     raise
