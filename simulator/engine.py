@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NoReturn
 
 import ray
 import torch
@@ -263,6 +263,14 @@ class StoreLost(RunFailure):
     new store from the last checkpoint's client states."""
 
 
+def raise_run_failure(err: "ray.exceptions.RayTaskError") -> NoReturn:
+    """Raises the :class:`RunFailure` a Ray task raised (a dead store, a server step's line) as itself,
+    not Ray's wrapper and its trace; any other task error as it came."""
+    if isinstance(err.cause, RunFailure):
+        raise err.cause from None
+    raise err
+
+
 class SumsLost(RunFailure):
     """A share's sums were lost before the server step fetched them: with their node, whose
     workers' shares are simulated again; with every worker alive, the run stops (resumable)."""
@@ -289,8 +297,17 @@ class ParameterServer:
         return dict(self.server.bytes_down_without_reports(ctx))
 
     def eval_networks(self) -> dict[str, torch.nn.ModuleDict]:
+        """The networks to evaluate; a method that evaluates its clients' own networks (Hetero-SSFL)
+        reads their states from the store, and a store that died raises :class:`StoreLost` (not Ray's
+        error, which read as the death of the server that called it)."""
         def load_client_state(cid: int):
-            blob = ray.get(self.store.get.remote([cid])).get(cid) if self.store is not None else None
+            if self.store is None:
+                return None
+            try:
+                blob = ray.get(self.store.get.remote([cid])).get(cid)
+            except ray.exceptions.RayActorError:
+                raise StoreLost("the client-state store died while the server gathered the clients' networks "
+                                "to evaluate") from None
             return None if blob is None else loads(blob)
         return self.server.eval_networks(load_client_state)
 
@@ -403,9 +420,7 @@ class ServerInActor:
         except ray.exceptions.ObjectLostError:  # an argument, a share's sums (Ray >= 2.9 raises the cause's type)
             raise SumsLost(f"round {ctx.round}: a share's sums were lost") from None
         except ray.exceptions.RayTaskError as err:  # the server step's own failure: its line, not the actor's trace
-            if isinstance(err.cause, RunFailure):
-                raise err.cause from None
-            raise
+            raise_run_failure(err)
 
     def bytes_down_without_reports(self, ctx: RoundContext) -> dict[str, int]:
         try:
@@ -472,6 +487,8 @@ class EvaluatorInDriver:
                         except ray.exceptions.RayActorError:
                             raise ServerLost("the parameter server died before handing out networks to "
                                              "evaluate") from None
+                        except ray.exceptions.RayTaskError as err:  # the server's own failure (StoreLost)
+                            raise_run_failure(err)
                     future.set_result(evaluate_networks(networks, self.data, self.scenario))
                 except BaseException as err:  # handed to the caller of result()
                     future.set_exception(err)
@@ -547,6 +564,8 @@ class EvaluatorInActor:
                     self.restarts += 1
                 actor = self.actor
                 result = actor.evaluate.remote(networks)
+            except ray.exceptions.RayTaskError as err:  # the server's own failure (StoreLost), handed on
+                raise_run_failure(err)
 
     def peak_mb(self) -> float:
         return ray.get(self.actor.memory.remote())["peak_mb"]
@@ -869,10 +888,8 @@ class RayFederation:
                     failed.append(i)
                 elif isinstance(getattr(err, "cause", None), FloatingPointError):
                     raise WorkerFailure(str(err.cause)) from None
-                elif isinstance(getattr(err, "cause", None), RunFailure):  # the share's own failure (StoreLost)
-                    raise err.cause from None
-                else:
-                    raise
+                else:  # the share's own failure (StoreLost) as itself
+                    raise_run_failure(err)
         return failed
 
     def settle(self, submitted: dict[int, tuple], worker_of: list[int], deadline: dict[int, float]) -> None:

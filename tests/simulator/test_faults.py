@@ -276,6 +276,35 @@ def test_a_dead_client_state_store_stops_the_round_naming_it_not_the_workers(ray
         federation.shutdown()
 
 
+@pytest.mark.parametrize("server, evaluator", [("driver", "driver"), ("actor", "driver"), ("actor", "actor")])
+def test_a_store_dead_when_the_server_gathers_client_networks_to_evaluate_is_store_lost(ray_session, synthetic_raw,
+                                                                                      server, evaluator):
+    """Hetero-SSFL evaluates each client's own encoder, read from the store by the server: a store
+    killed after round 1 stops the evaluation with ``StoreLost`` (resumable), naming the store. In the
+    server's actor Ray's error read as the server's own death (a heal that restarted the server for
+    nothing); in the driver it was Ray's error."""
+    import ray
+
+    from simulator.engine import StoreLost
+    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
+           "ray": {"num_workers": 1, "driver_simulates": True, "server": server, "evaluator": evaluator},
+           "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8}, "eval": {"test_subset": 300}}
+    scenario = resolve(raw)
+    partition_dir = prepare_partition(scenario)
+    federation = new_federation(scenario)
+    federation.setup(data_spec(partition_dir, scenario), str(partition_dir),
+                     str(Path(synthetic_raw["output"]["dir"]) / "store"))
+    try:
+        federation.run_round(RoundContext(1, 1, sample_cohort(scenario["seed"], 1, 4, 2)[1], scenario["seed"],
+                                          freeze(scenario)))
+        ray.kill(federation.store, no_restart=True)
+        with pytest.raises(StoreLost, match="^the client-state store died while the server gathered") as err:
+            federation.result(federation.submit_eval())
+        assert err.value.resumable and federation.server_restarts == 0 and federation.server.alive()
+    finally:
+        federation.shutdown()
+
+
 def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(ray_session, synthetic_raw, tmp_path,
                                                                               monkeypatch):
     # one worker, an actor (the driver's slot cannot be killed alone)
