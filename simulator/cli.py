@@ -371,12 +371,26 @@ def print_claim_table(suite, runs_dir, pending: tuple[int, ...] = ()) -> int:
     return 0
 
 
-def check_before_running(scenario: dict, source: str) -> None:
+def partition_line(heterogeneity: dict[str, float]) -> str:
+    """A partition's heterogeneity (:meth:`simulator.data.partition.Partition.heterogeneity`) in words."""
+    line = (f"{heterogeneity['client_size_min']} to {heterogeneity['client_size_max']} images a client, "
+            f"{heterogeneity['classes_per_client']:.2f} classes on average "
+            f"({heterogeneity['classes_per_client_1pct']:.2f} with at least 1% of its images), its largest "
+            f"class {heterogeneity['largest_class_share']:.0%} of them; class sets: "
+            f"{heterogeneity['distinct_class_sets']} distinct")
+    if "rotation_bins_per_client" in heterogeneity:
+        line += (f"; rotations in {heterogeneity['rotation_bins_per_client']:.2f} of "
+                 f"{heterogeneity['rotation_bins']} bins on average")
+    return line
+
+
+def check_before_running(scenario: dict, source: str) -> dict[str, float]:
     """Fail early if the data or the partition cannot be had (DatasetUnavailable; ScenarioError
     under ``partition``), if a method setting does not fit the data (ScenarioError under
     ``method.KEY``, e.g. Hetero-SSFL's RAD larger than the test images left to it), or if the run's
     own Ray instance could never place its worker actors (ScenarioError under ``ray.num_workers`` or
-    ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`)."""
+    ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`). Returns the partition's
+    heterogeneity (:meth:`simulator.data.partition.Partition.heterogeneity`)."""
     from methods import METHODS
     from methods.base import ParamError
     from simulator.data.store import PartitionReader, prepare_partition
@@ -404,7 +418,8 @@ def check_before_running(scenario: dict, source: str) -> None:
         partition_dir = prepare_partition(scenario)
     except ValueError as err:  # raised by partitioners for impossible settings
         raise ScenarioError(source, "partition", str(err)) from None
-    sizes = PartitionReader(partition_dir).sizes
+    reader = PartitionReader(partition_dir)
+    sizes = reader.sizes
     check_network_size(scenario, source, partition_dir)
     training = scenario["training"]
     if training["drop_last"] and training["batch_size"] > sizes.max():
@@ -412,6 +427,7 @@ def check_before_running(scenario: dict, source: str) -> None:
                             f"expected at most {sizes.max()} (the largest client's samples) with training.drop_last, "
                             f"which skips incomplete batches: no client would take a step; "
                             f"got {training['batch_size']}")
+    return reader.heterogeneity
 
 
 def check_network_size(scenario: dict, source: str, partition_dir) -> None:
@@ -459,10 +475,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and args.out:
             from simulator.runlog import check_out
             check_out(args.out)
-        check_before_running(scenario, args.scenario)
+        partition = check_before_running(scenario, args.scenario)
         if args.command == "validate":
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
-                  f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']})")
+                  f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']}): "
+                  f"{partition_line(partition)}")
             return 0
         from simulator.federation import RunFailure
         from simulator.run import RunStopped, ray_connection_of_the_command, run_scenario, stop_signals

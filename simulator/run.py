@@ -225,7 +225,8 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
             if client_state_dir is not None:
                 restore_client_states(checkpoint, client_state_dir)
             federation.restore(resumed["state"])
-        loop = RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed)
+        loop = RunLoop(federation, scenario, run_dir, client_state_dir, start, resumed,
+                       PartitionReader(partition_dir).heterogeneity)
         try:
             return run_dir, loop.run(progress)
         except RunFailure as err:
@@ -303,8 +304,9 @@ class RunLoop:
     runs_in_this_process = 0  # a process's later runs (a sweep's, a claim's) start long after its launch
 
     def __init__(self, federation, scenario: dict[str, Any], run_dir: Path, client_state_dir: Path | None,
-                 start: float, resumed: dict[str, Any] | None):
+                 start: float, resumed: dict[str, Any] | None, partition: dict[str, float] | None = None):
         self.federation, self.scenario, self.run_dir = federation, scenario, run_dir
+        self.partition = partition  # its heterogeneity (Partition.heterogeneity), for the summary
         self.first_in_process = RunLoop.runs_in_this_process == 0
         RunLoop.runs_in_this_process += 1
         self.client_state_dir = client_state_dir
@@ -465,7 +467,7 @@ class RunLoop:
         self.log.close()
         summary = {"name": scenario["name"], "method": scenario["method"]["name"],
                    "initial": self.evals.get(0), "final": self.evals[max(self.evals)] if self.evals else None,
-                   "pixels": self.pixels,
+                   "pixels": self.pixels, "partition": self.partition,
                    "rounds_completed": rounds, "wall_seconds": time.time() - self.start,
                    "seconds_to_end_of_round_1": self.time_to_round1,
                    "seconds_from_launch_to_end_of_round_1": self.launch_to_round1,

@@ -16,14 +16,38 @@ PARTITION_KINDS = ("iid", "dirichlet", "classes_per_client", "rotation", "joint"
 
 @dataclass(frozen=True, eq=False)
 class Partition:
-    """Per client: sorted int64 indices into the train set and, for rotation kinds, float32 angles in degrees."""
+    """Per client: sorted int64 indices into the train set and, for rotation kinds, float32 angles in
+    degrees, drawn over ``rotation_bins`` bins of 360 / ``rotation_bins`` degrees."""
 
     indices: tuple[np.ndarray, ...]
     rotations: tuple[np.ndarray, ...] | None = None
+    rotation_bins: int | None = None
 
     def sizes(self) -> np.ndarray:
         """Number of samples of each client."""
         return np.array([len(i) for i in self.indices], dtype=np.int64)
+
+    def heterogeneity(self, labels: np.ndarray) -> dict[str, float]:
+        """How skewed the split is, in the terms papers report (Lubana et al. 2022, Table 4), as means
+        over the clients: ``classes_per_client`` (classes a client holds a sample of),
+        ``classes_per_client_1pct`` (classes holding at least 1% of its samples),
+        ``largest_class_share`` (of its samples); ``distinct_class_sets`` (how many different sets of
+        classes the clients hold); ``client_size_min`` / ``client_size_max``; and for rotation kinds
+        ``rotation_bins_per_client`` (bins it holds a sample of) of ``rotation_bins``."""
+        _, classes = np.unique(np.asarray(labels), return_inverse=True)
+        counts = np.stack([np.bincount(classes[i], minlength=classes.max() + 1) for i in self.indices])
+        sizes = counts.sum(axis=1)
+        stats = {"classes_per_client": float((counts >= 1).sum(axis=1).mean()),
+                 "classes_per_client_1pct": float((counts >= 0.01 * sizes[:, None]).sum(axis=1).mean()),
+                 "largest_class_share": float((counts.max(axis=1) / sizes).mean()),
+                 "distinct_class_sets": len(np.unique(counts >= 1, axis=0)),
+                 "client_size_min": int(sizes.min()), "client_size_max": int(sizes.max())}
+        if self.rotations is not None:
+            width = 360.0 / self.rotation_bins
+            stats["rotation_bins_per_client"] = float(np.mean(
+                [len(np.unique((angles // width).astype(np.int64))) for angles in self.rotations]))
+            stats["rotation_bins"] = self.rotation_bins
+        return stats
 
 
 def _iid_owners(num_samples: int, num_clients: int, rng: np.random.Generator) -> np.ndarray:
@@ -209,8 +233,9 @@ def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *
         raise ValueError(f"num_clients must be small enough that no client is empty, got {num_clients} "
                          f"({np.count_nonzero(sizes == 0)} empty)")
     indices = tuple(np.split(np.argsort(owners, kind="stable"), np.cumsum(sizes)[:-1]))
-    rotations = _rotations(indices, rotation_bins, rotation_alpha, rng) if kind in ("rotation", "joint") else None
-    return Partition(indices, rotations)
+    if kind not in ("rotation", "joint"):
+        return Partition(indices)
+    return Partition(indices, _rotations(indices, rotation_bins, rotation_alpha, rng), rotation_bins)
 
 
 def build_partition(scenario: Mapping[str, Any], train_labels: np.ndarray) -> Partition:

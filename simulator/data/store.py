@@ -71,7 +71,8 @@ def _write_contents(dataset: ImageDataset, partition: Partition, directory: Path
             images = rotate(images, torch.from_numpy(np.asarray(partition.rotations[cid])))
         _write_client(directory / client_file(cid), images, dataset.train_y[index])
     meta = {"num_clients": len(partition.indices), "sizes": partition.sizes().tolist(),
-            "channels": dataset.channels, "image_size": dataset.image_size, "num_classes": dataset.num_classes}
+            "channels": dataset.channels, "image_size": dataset.image_size, "num_classes": dataset.num_classes,
+            "heterogeneity": partition.heterogeneity(dataset.train_y.numpy())}
     (directory / META_FILE).write_text(json.dumps(meta))
 
 
@@ -113,6 +114,8 @@ class PartitionReader:
         self.channels: int = meta["channels"]
         self.image_size: int = meta["image_size"]
         self.num_classes: int = meta["num_classes"]
+        # Partition.heterogeneity; None for a partition written before it was recorded (format 1)
+        self.heterogeneity: dict[str, float] | None = meta.get("heterogeneity")
 
     def client(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s images (uint8 [n, C, H, W]) and labels (int64 [n]).
@@ -145,7 +148,7 @@ def prepare_partition(scenario: Mapping[str, Any]) -> Path:
     """The client partition on disk (Arrow files, cached by dataset, partition, population, seed)."""
     data_cfg = scenario["dataset"]
     key = {"dataset": data_cfg["name"], "root": data_cfg["root"], "partition": scenario["partition"],
-           "num_clients": scenario["population"]["num_clients"], "seed": scenario["seed"], "format": 1}
+           "num_clients": scenario["population"]["num_clients"], "seed": scenario["seed"], "format": 2}
     if data_cfg.get("train_subset") is not None:
         key["train_subset"] = data_cfg["train_subset"]
     directory = cached_partition_dir(Path(data_cfg["cache_dir"]).expanduser() / "partitions", key)

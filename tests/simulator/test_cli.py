@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.scenario import load_scenario
+from simulator.scenario import load_scenario, resolve
 
 
 def write(tmp_path, raw):
@@ -28,9 +28,21 @@ def test_run_prints_summary_and_writes_the_run(ray_session, synthetic_raw, tmp_p
     assert json.loads((out / "summary.json").read_text())["rounds_completed"] == 1
 
 
-def test_validate_accepts_a_good_scenario(synthetic_raw, tmp_path, capsys):
-    assert main(["validate", str(write(tmp_path, synthetic_raw))]) == 0
-    assert ": ok (fedavg, 8 clients, synthetic)" in capsys.readouterr().out
+def test_validate_accepts_a_good_scenario_and_says_how_skewed_its_partition_is(synthetic_raw, tmp_path, capsys):
+    rotated = {**synthetic_raw, "partition": {"kind": "joint", "alpha": 0.5, "rotation_bins": 4}}
+    assert main(["validate", str(write(tmp_path, rotated))]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"{tmp_path / 'scenario.yaml'}: ok (fedavg, 8 clients, synthetic): "), line
+    from simulator.data.datasets import scenario_dataset
+    from simulator.data.partition import build_partition
+    scenario = resolve(rotated)
+    labels = scenario_dataset(scenario["dataset"], scenario["seed"]).train_y.numpy()
+    stats = build_partition(scenario, labels).heterogeneity(labels)
+    assert line.endswith(f": {stats['client_size_min']} to {stats['client_size_max']} images a client, "
+                         f"{stats['classes_per_client']:.2f} classes on average ({stats['classes_per_client_1pct']:.2f} "
+                         f"with at least 1% of its images), its largest class {stats['largest_class_share']:.0%} of "
+                         f"them; class sets: {stats['distinct_class_sets']} distinct; rotations in "
+                         f"{stats['rotation_bins_per_client']:.2f} of 4 bins on average"), line
 
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(synthetic_raw, tmp_path, capsys):
@@ -347,7 +359,7 @@ def marked_shutdown(*args, **kwargs):
     shutdown(*args, **kwargs)
 ray.shutdown = marked_shutdown
 from simulator.cli import main
-from simulator.scenario import load_scenario
+from simulator.scenario import load_scenario, resolve
 sys.exit(main(sys.argv[1:]))
 """
 

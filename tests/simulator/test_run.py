@@ -90,6 +90,16 @@ def test_a_methods_summary_metric_lands_in_the_summary_with_its_newest_value(eva
     assert evaluated_run[0]["probe"] == 3.0
 
 
+def test_the_summary_says_how_heterogeneous_the_runs_partition_is(evaluated_run, tmp_path):
+    """The tiny scenario's Dirichlet(0.5) split of the synthetic train set, counted again here."""
+    from simulator.data.datasets import scenario_dataset
+    from simulator.data.partition import build_partition
+    scenario = resolve(tiny_scenario(tmp_path))
+    labels = scenario_dataset(scenario["dataset"], scenario["seed"]).train_y.numpy()
+    expected = build_partition(scenario, labels).heterogeneity(labels)
+    assert evaluated_run[0]["partition"] == expected and 1 < expected["classes_per_client"] < 10
+
+
 def test_each_progress_line_shows_the_newest_evaluation_and_names_its_round_when_earlier(evaluated_run):
     _, logged, lines = evaluated_run
     rounds = [line for line in lines if line.startswith("round ")]

@@ -320,3 +320,24 @@ def test_the_orchestra_papers_cifar_scenario_gives_its_table_4_classes_per_clien
     present = (counts >= 1).sum(axis=1).mean()
     present_1pct = (counts >= 0.01 * counts.sum(axis=1, keepdims=True)).sum(axis=1).mean()
     assert abs(present - 4.69) < 0.5 and abs(present_1pct - 3.13) < 1.0, (present, present_1pct)
+
+
+def test_heterogeneity_counts_a_toy_split_by_hand():
+    """Three clients of labels 0-3 (classes present with one sample and with 1% of the client's), as
+    Lubana et al.'s Table 4 counts them, and the rotation bins held (4 bins of 90 degrees)."""
+    labels = np.array([0] * 99 + [1] + [1] * 50 + [2] * 50 + [3] * 10)
+    partition = Partition((np.arange(100), np.arange(100, 200), np.arange(200, 210)),
+                          (np.r_[np.zeros(99), 359.0].astype(np.float32), np.full(100, 95.0, np.float32),
+                           np.array([0, 90, 180, 270, 10, 100, 190, 280, 20, 110], np.float32)), 4)
+    stats = partition.heterogeneity(labels * 7)  # any label values: classes are the distinct ones
+    # client 0: classes {0 (99), 1 (1)}: 2 held, 1 at >= 1% (1 of 100 is 1%: counted); client 1: {1, 2};
+    # client 2: {3}
+    assert stats == {"classes_per_client": (2 + 2 + 1) / 3, "classes_per_client_1pct": (2 + 2 + 1) / 3,
+                     "largest_class_share": (0.99 + 0.5 + 1.0) / 3, "distinct_class_sets": 3,
+                     "client_size_min": 10, "client_size_max": 100,
+                     "rotation_bins_per_client": (2 + 1 + 4) / 3, "rotation_bins": 4}
+    # one sample of class 1 in a client of 200 is 0.5% of it: held, not at 1%
+    grown = Partition((np.r_[np.arange(100), np.arange(210, 310)], np.arange(100, 200), np.arange(200, 210)))
+    stats = grown.heterogeneity(np.r_[labels, [0] * 100])
+    assert stats["classes_per_client"] == 5 / 3 and stats["classes_per_client_1pct"] == 4 / 3
+    assert "rotation_bins_per_client" not in stats and stats["client_size_max"] == 200

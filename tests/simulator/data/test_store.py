@@ -35,7 +35,10 @@ def test_files_have_the_documented_layout(dataset, tmp_path):
     assert sorted(p.name for p in (tmp_path / "part").iterdir()) == [
         "client_000000.arrow", "client_000001.arrow", "meta.json"]
     meta = json.loads((tmp_path / "part" / "meta.json").read_text())
+    heterogeneity = meta.pop("heterogeneity")
     assert meta == {"num_clients": 2, "sizes": [50, 50], "channels": 3, "image_size": 8, "num_classes": 5}
+    assert heterogeneity == PartitionReader(tmp_path / "part").heterogeneity
+    assert heterogeneity["client_size_min"] == heterogeneity["client_size_max"] == 50
     schema = pa.ipc.open_file(pa.memory_map(str(tmp_path / "part" / "client_000001.arrow"))).schema
     assert schema.field("image").type == pa.binary(3 * 8 * 8) and schema.field("label").type == pa.int16()
 
@@ -61,7 +64,7 @@ def test_returned_tensors_are_writable_copies(dataset, tmp_path):
 
 def rotated_partition(dataset, angle: float) -> Partition:
     indices = np.arange(len(dataset.train_y))
-    return Partition((indices[:40], indices[40:]), (np.full(40, angle, np.float32), np.full(60, angle, np.float32)))
+    return Partition((indices[:40], indices[40:]), (np.full(40, angle, np.float32), np.full(60, angle, np.float32)), 4)
 
 
 def test_zero_rotation_leaves_images_intact(dataset, tmp_path):
