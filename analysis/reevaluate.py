@@ -12,10 +12,11 @@ from pathlib import Path
 
 from simulator.evaluation.monitor import EvaluationCache, load_eval_data, raw_pixels, summarize_evaluations
 from analysis.report import group_means
-from methods import build_method
+from methods import METHODS, build_method
 from simulator.federation import Server
 from simulator.resources import threads
 from simulator.data.store import prepare_partition
+from simulator.held_out import HeldOutImages
 from simulator.run import data_spec
 from simulator.runlog import (check_run_dir, latest_checkpoint, load_recorded_scenario, read_checkpoint,
                               read_client_state)
@@ -27,6 +28,22 @@ def evaluation_overrides(overrides: list[str]) -> list[str]:
         if not item.startswith("eval."):
             raise ValueError(f"--set {item}: only eval.* keys can change when evaluating a finished run")
     return overrides
+
+
+def check_tests_no_trained_image(run_dir: Path, recorded: dict, scenario: dict) -> None:
+    """Raises ValueError where ``scenario``'s (changed) test subset would test on held-out images the
+    run's clients trained on (Hetero-SSFL's RAD lies outside the run's own ``eval.test_subset``)."""
+    method = METHODS[recorded["method"]["name"]]
+    trained_on = method.held_out_images(method.Params.from_config(recorded["method"]))
+    if trained_on == 0 or scenario["eval"]["test_subset"] == recorded["eval"]["test_subset"]:
+        return
+    tested = HeldOutImages.of(recorded).tested_among_first(trained_on, HeldOutImages.of(scenario))
+    if tested:
+        shown = lambda value: "null" if value is None else value
+        raise ValueError(f"{run_dir}: --set eval.test_subset={shown(scenario['eval']['test_subset'])} would test on "
+                         f"{tested} of the {trained_on} held-out images its clients trained on (outside its "
+                         f"eval.test_subset={shown(recorded['eval']['test_subset'])}); expected a test subset without "
+                         f"them (the run's own, or a smaller one)")
 
 
 def evaluate_run(run_dir: Path, overrides: list[str] = (), cache: EvaluationCache | None = None) -> dict:
@@ -45,6 +62,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = (), cache: EvaluationCach
     if checkpoint is None:
         raise ValueError(f"{run_dir}: no checkpoint to evaluate (the run stopped before its first)")
     scenario = load_recorded_scenario(run_dir, evaluation_overrides(list(overrides)))
+    check_tests_no_trained_image(run_dir, load_recorded_scenario(run_dir), scenario)
     saved = read_checkpoint(checkpoint)
     server = Server(build_method(scenario, data_spec(prepare_partition(scenario), scenario)))
 

@@ -154,6 +154,11 @@ class Method:
         :class:`DataSpec`."""
 
     @classmethod
+    def held_out_images(cls, config: Params) -> int:
+        """How many of the held-out test images (``DataSpec.held_out``) the method trains on (none here)."""
+        return 0
+
+    @classmethod
     def labelled_train_indices(cls, scenario: Mapping[str, Any], partition: Callable[[], Any]) -> Any:
         """Sorted train-set indices of the only labels the method's clients see (a semi-supervised
         run's labelled subset, an array), on which the evaluator then trains its probe; None: all

@@ -242,6 +242,11 @@ class HeteroSSFL(Method):
         if config.rad_size > available:
             raise cls.rad_too_big(available, config.rad_size)
 
+    @classmethod
+    def held_out_images(cls, config) -> int:
+        """The RAD's images, which every client's alignment term trains on."""
+        return config.rad_size
+
     @staticmethod
     def rad_too_big(available: int, rad_size: int) -> ParamError:
         return ParamError("rad_size", f"expected at most {available} (test images outside eval.test_subset), "

@@ -48,10 +48,20 @@ class HeldOutImages:
         config = {"name": self.name, "root": self.root, "download": self.download, "train_subset": self.train_subset}
         return scenario_dataset(config, self.seed).test_x
 
-    def _outside(self, num_test: int) -> torch.Tensor:
+    def _evaluated(self, num_test: int) -> torch.Tensor:
         everything = torch.arange(num_test)
         evaluated, _ = seeded_subset(everything, everything, self.test_subset, derive_seed(self.seed, EVAL_TEST_STREAM))
-        return everything[~torch.isin(everything, evaluated)]
+        return evaluated
+
+    def _outside(self, num_test: int) -> torch.Tensor:
+        everything = torch.arange(num_test)
+        return everything[~torch.isin(everything, self._evaluated(num_test))]
+
+    def tested_among_first(self, count: int, evaluation: HeldOutImages) -> int:
+        """How many of the first ``count`` held-out images (those :meth:`take` gives) the evaluation
+        of ``evaluation``'s test subset tests on (another ``eval.test_subset``: ``fedssl evaluate``)."""
+        num_test = len(self._test_split())
+        return int(torch.isin(self._outside(num_test)[:count], evaluation._evaluated(num_test)).sum())
 
     def available(self) -> int:
         """How many test images the evaluation leaves out."""

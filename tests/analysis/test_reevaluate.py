@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from analysis.reevaluate import evaluate_run
+from analysis.reevaluate import check_tests_no_trained_image, evaluate_run
 from analysis.report import read_run
 from simulator.cli import main
 from simulator.evaluation.metrics import knn_top1
@@ -55,6 +55,14 @@ def test_per_client_encoders_come_from_the_checkpointed_client_states(ray_sessio
     assert again["groups"] == logged["groups"] and set(again["groups"]) == {"small_cnn"}
     assert again["final"]["knn_top1"] == logged["final"]["knn_top1"]
     assert again["initial"]["knn_top1"] == logged["initial"]["knn_top1"]
+    # its clients trained on the RAD, the first 16 test images outside its 100: a test subset taking
+    # them in is refused (one line, exit 2); a smaller one holds none of them
+    assert main(["evaluate", str(run_dir), "--set", "eval.test_subset=null"]) == 2
+    assert capsys.readouterr().err == (
+        f"fedssl: error: {run_dir}: --set eval.test_subset=null would test on 16 of the 16 held-out images its "
+        f"clients trained on (outside its eval.test_subset=100); expected a test subset without them (the run's "
+        f"own, or a smaller one)\n")
+    assert evaluate_run(run_dir, ["eval.test_subset=50"])["final"]["knn_top1"] > 0
     # a damaged client state of the checkpoint evaluated: one line naming it, exit 2
     newest = sorted((run_dir / "checkpoints").glob("round_*"))[-1]
     damaged = sorted((newest / "client_state").glob("client_*.pt"))[0]
@@ -64,6 +72,33 @@ def test_per_client_encoders_come_from_the_checkpointed_client_states(ray_sessio
     err = capsys.readouterr().err
     assert err.startswith(f"fedssl: error: {damaged}: -: cannot be read (") and err.count("\n") == 1, err
     assert err.endswith("; expected a client state written by fedssl run\n"), err
+
+
+@pytest.mark.parametrize("test_subset, leaks", [(300, True), (50, False), (100, False)])
+def test_a_test_subset_with_images_a_runs_clients_trained_on_is_refused(synthetic_raw, test_subset, leaks):
+    """Hetero-SSFL's RAD: the first 16 test images outside the run's seeded 100 (of 500); a seeded 300
+    takes some of them in (counted here from the seeded subsets themselves), 50 lies inside 100."""
+    import torch
+
+    from simulator.context import derive_seed
+    from simulator.data.datasets import seeded_subset
+    from simulator.held_out import EVAL_TEST_STREAM
+    recorded = resolve({**synthetic_raw, "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8},
+                        "eval": {**synthetic_raw["eval"], "test_subset": 100}})
+    changed = {**recorded, "eval": {**recorded["eval"], "test_subset": test_subset}}
+    everything = torch.arange(500)
+    subset = lambda size: seeded_subset(everything, everything, size, derive_seed(recorded["seed"], EVAL_TEST_STREAM))[0]
+    rad = everything[~torch.isin(everything, subset(100))][:16]
+    expected = int(torch.isin(rad, subset(test_subset)).sum())
+    assert (0 < expected < 16) == leaks
+    if not leaks:
+        check_tests_no_trained_image("RUN", recorded, changed)
+        return
+    with pytest.raises(ValueError, match=f"^RUN: --set eval.test_subset=300 would test on {expected} of the 16 held-out "
+                                         f"images its clients trained on \\(outside its eval.test_subset=100\\)"):
+        check_tests_no_trained_image("RUN", recorded, changed)
+    # a method that trains on no held-out image may test on any subset
+    check_tests_no_trained_image("RUN", {**recorded, "method": resolve(synthetic_raw)["method"]}, changed)
 
 
 def test_a_changed_protocol_is_applied(tiny_run, capsys, monkeypatch):
