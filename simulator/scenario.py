@@ -43,7 +43,8 @@ DEFAULTS: dict[str, Any] = {
              # label-efficient protocol: kNN, probe (and fine-tuning when finetune_steps > 0) on a
              # class-stratified fraction of the labelled train set, mean over label_draws draws
              # label_knn_k: the kNN's k on those few labels (null: knn_k; with 1% of a 10,000-image
-             # subset, k = 200 is every one of the 100 banked images, a vote over the whole bank)
+             # subset, k = 200 is every one of the 100 banked images, a vote over the whole bank; with
+             # 10%, at least 100 of the 200 neighbours are of other classes: results/protocol.md)
              "label_fractions": [0.01, 0.1], "label_draws": 3, "label_knn_k": None, "finetune_steps": 0,
              "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False,
              # the same protocol on the raw pixels, once a run (simulator.evaluation.monitor.raw_pixels)

@@ -10,7 +10,11 @@ maximising ``Align + 0.2 * Unif`` with ``tau = 0.2`` (after Wang & Isola 2020), 
 Both are large for good representations (augmentations agree, distinct samples spread out); the
 paper reports R = 0.87 with kNN accuracy. The paper averages per client over the client's data;
 an evaluator computes it on one pool of unlabelled images (the pool is one "client"). As Eq. 5
-is written, the inner expectation of Unif runs over all y, x itself included.
+is written, the inner expectation of Unif runs over all y, x itself included. Here on the
+backbone's features of a clean and an augmented view; the authors' code (``hparam_method.py``)
+scores projector outputs of two augmented views, per client in batches of 256, with Unif at t = 1
+over the negatives only: the numbers are not comparable with theirs (a secondary score, deciding
+nothing).
 """
 from __future__ import annotations
 
