@@ -1,4 +1,5 @@
 """Real faults: a worker process killed or hung (stopped) mid-round, a driver killed and resumed."""
+import contextlib
 import json
 import os
 import re
@@ -246,20 +247,13 @@ def hetero_states_after_3_rounds(scenario, store_dir, monkeypatch, kill_after_st
         federation.shutdown()
 
 
-@pytest.mark.parametrize("driver_simulates", [False, True])
-def test_a_dead_client_state_store_stops_the_round_naming_it_not_the_workers(ray_session, synthetic_raw,
-                                                                            driver_simulates):
-    """The store's actor killed between two rounds: the next round's share stops with
-    ``StoreLost`` (resumable) without replacing a worker. A worker's call into the dead store reached
-    the driver as the worker's own death (Ray's task error is an actor error too): live workers were
-    replaced until the engine gave up with "workers kept dying"; the driver's own share raised Ray's."""
+@contextlib.contextmanager
+def store_killed_after_round_1(synthetic_raw, ray_section: dict, method: dict, **sections):
+    """(the Ray federation, its scenario) of 4 clients, 2 a round, of a stateful-client ``method`` on
+    one worker, after round 1 of 2, its client-state store's actor killed; shut down at the end."""
     import ray
-
-    from simulator.engine import StoreLost
-    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
-           "ray": {"num_workers": 1, "driver_simulates": driver_simulates},
-           "method": {"name": "fedema", "objective": "byol", "selective": False}}
-    scenario = resolve(raw)
+    scenario = resolve({**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
+                        "ray": {"num_workers": 1, **ray_section}, "method": method, **sections})
     partition_dir = prepare_partition(scenario)
     federation = new_federation(scenario)
     federation.setup(data_spec(partition_dir, scenario), str(partition_dir),
@@ -268,12 +262,26 @@ def test_a_dead_client_state_store_stops_the_round_naming_it_not_the_workers(ray
         federation.run_round(RoundContext(1, 2, sample_cohort(scenario["seed"], 1, 4, 2)[1], scenario["seed"],
                                           freeze(scenario)))
         ray.kill(federation.store, no_restart=True)
+        yield federation, scenario
+    finally:
+        federation.shutdown()
+
+
+@pytest.mark.parametrize("driver_simulates", [False, True])
+def test_a_dead_client_state_store_stops_the_round_naming_it_not_the_workers(ray_session, synthetic_raw,
+                                                                            driver_simulates):
+    """The store's actor killed between two rounds: the next round's share stops with
+    ``StoreLost`` (resumable) without replacing a worker. A worker's call into the dead store reached
+    the driver as the worker's own death (Ray's task error is an actor error too): live workers were
+    replaced until the engine gave up with "workers kept dying"; the driver's own share raised Ray's."""
+    from simulator.engine import StoreLost
+    fedema = {"name": "fedema", "objective": "byol", "selective": False}
+    with store_killed_after_round_1(synthetic_raw, {"driver_simulates": driver_simulates}, fedema) as (federation,
+                                                                                                      scenario):
         with pytest.raises(StoreLost, match="^round 2: the client-state store died$") as err:
             federation.run_round(RoundContext(2, 2, sample_cohort(scenario["seed"], 2, 4, 2)[1], scenario["seed"],
                                               freeze(scenario)))
         assert err.value.resumable and federation.worker_restarts == 0
-    finally:
-        federation.shutdown()
 
 
 @pytest.mark.parametrize("server, evaluator", [("driver", "driver"), ("actor", "driver"), ("actor", "actor")])
@@ -283,26 +291,13 @@ def test_a_store_dead_when_the_server_gathers_client_networks_to_evaluate_is_sto
     killed after round 1 stops the evaluation with ``StoreLost`` (resumable), naming the store. In the
     server's actor Ray's error read as the server's own death (a heal that restarted the server for
     nothing); in the driver it was Ray's error."""
-    import ray
-
     from simulator.engine import StoreLost
-    raw = {**synthetic_raw, "population": {"num_clients": 4, "clients_per_round": 2},
-           "ray": {"num_workers": 1, "driver_simulates": True, "server": server, "evaluator": evaluator},
-           "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8}, "eval": {"test_subset": 300}}
-    scenario = resolve(raw)
-    partition_dir = prepare_partition(scenario)
-    federation = new_federation(scenario)
-    federation.setup(data_spec(partition_dir, scenario), str(partition_dir),
-                     str(Path(synthetic_raw["output"]["dir"]) / "store"))
-    try:
-        federation.run_round(RoundContext(1, 1, sample_cohort(scenario["seed"], 1, 4, 2)[1], scenario["seed"],
-                                          freeze(scenario)))
-        ray.kill(federation.store, no_restart=True)
+    with store_killed_after_round_1(synthetic_raw, {"driver_simulates": True, "server": server, "evaluator": evaluator},
+                                    {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8},
+                                    eval={"test_subset": 300}) as (federation, _):
         with pytest.raises(StoreLost, match="^the client-state store died while the server gathered") as err:
             federation.result(federation.submit_eval())
         assert err.value.resumable and federation.server_restarts == 0 and federation.server.alive()
-    finally:
-        federation.shutdown()
 
 
 def test_worker_killed_after_storing_client_states_gives_the_fault_free_result(ray_session, synthetic_raw, tmp_path,
