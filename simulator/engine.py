@@ -193,23 +193,16 @@ class Worker:
         """(number of clients simulated, their summed uploads): the small first value lets the
         driver see that the share is done, or that the worker died, without fetching the sums."""
         states = None
+        died = f"round {ctx.round}: the client-state store died"
         if self.store is not None:
-            states = {cid: loads(blob) for cid, blob in self.ask_store(ctx, "get", client_ids).items()}
+            states = {cid: loads(blob) for cid, blob in ask_store(self.store, "get", client_ids, died).items()}
         result = simulate_clients(self.method, self.workspace, self.reader.client, broadcast, extras,
                                   client_ids, ctx, states)
         if self.store is not None:
-            self.ask_store(ctx, "put", {cid: dumps(s) for cid, s in result.client_states.items()})
+            ask_store(self.store, "put", {cid: dumps(s) for cid, s in result.client_states.items()}, died)
             result.client_states = {}
         result.rss_mb = memory_mb()["rss_mb"]
         return len(client_ids), result
-
-    def ask_store(self, ctx: RoundContext, call: str, argument: Any) -> Any:
-        """The client-state store's answer to ``call(argument)``; a store that died raises
-        :class:`StoreLost` (not Ray's error, which reached the driver as this worker's own death)."""
-        try:
-            return ray.get(getattr(self.store, call).remote(argument))
-        except ray.exceptions.RayActorError:
-            raise StoreLost(f"round {ctx.round}: the client-state store died") from None
 
 
 @ray.remote
@@ -263,6 +256,16 @@ class StoreLost(RunFailure):
     new store from the last checkpoint's client states."""
 
 
+def ask_store(store: "ray.actor.ActorHandle", call: str, argument: Any, died: str) -> Any:
+    """The client-state store's answer to ``call(argument)``; a store that died raises
+    :class:`StoreLost` with the line ``died`` (not Ray's error, which would read as the death of the
+    worker or server that asked)."""
+    try:
+        return ray.get(getattr(store, call).remote(argument))
+    except ray.exceptions.RayActorError:
+        raise StoreLost(died) from None
+
+
 def raise_run_failure(err: "ray.exceptions.RayTaskError") -> NoReturn:
     """Raises the :class:`RunFailure` a Ray task raised (a dead store, a server step's line) as itself,
     not Ray's wrapper and its trace; any other task error as it came."""
@@ -303,11 +306,8 @@ class ParameterServer:
         def load_client_state(cid: int):
             if self.store is None:
                 return None
-            try:
-                blob = ray.get(self.store.get.remote([cid])).get(cid)
-            except ray.exceptions.RayActorError:
-                raise StoreLost("the client-state store died while the server gathered the clients' networks "
-                                "to evaluate") from None
+            blob = ask_store(self.store, "get", [cid], "the client-state store died while the server gathered "
+                             "the clients' networks to evaluate").get(cid)
             return None if blob is None else loads(blob)
         return self.server.eval_networks(load_client_state)
 
