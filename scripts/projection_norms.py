@@ -45,8 +45,7 @@ def projection_norms(network: torch.nn.ModuleDict, images: torch.Tensor, augment
 def norm_row(run: str, round_index: int, norms: torch.Tensor, clip_mu: float) -> str:
     clipped = f"{100 * (norms > clip_mu ** 0.5).double().mean():.1f}" if clip_mu > 0 else "-"
     return (f"| {run} | {round_index} | {norms.min():.2f} | {norms.median():.2f} | {norms.quantile(0.99):.2f} "
-            f"| {norms.max():.2f} "
-            f"| {clip_mu:g} | {clipped} |")
+            f"| {norms.max():.2f} | {clip_mu:g} | {clipped} |")
 
 
 def run_rows(run_dir: Path, num_images: int) -> list[str]:
