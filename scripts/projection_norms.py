@@ -42,9 +42,9 @@ def projection_norms(network: torch.nn.ModuleDict, images: torch.Tensor, augment
                           for i in range(0, len(images), BATCH)])
 
 
-def norm_row(run: str, round_index: int, norms: torch.Tensor, clip_mu: float) -> str:
+def norm_row(run: str, seed: int, round_index: int, norms: torch.Tensor, clip_mu: float) -> str:
     clipped = f"{100 * (norms > clip_mu ** 0.5).double().mean():.1f}" if clip_mu > 0 else "-"
-    return (f"| {run} | {round_index} | {norms.min():.2f} | {norms.median():.2f} | {norms.quantile(0.99):.2f} "
+    return (f"| {run} | {seed} | {round_index} | {norms.min():.2f} | {norms.median():.2f} | {norms.quantile(0.99):.2f} "
             f"| {norms.max():.2f} | {clip_mu:g} | {clipped} |")
 
 
@@ -69,7 +69,7 @@ def run_rows(run_dir: Path, num_images: int) -> list[str]:
         if len(networks) != 1:
             raise ValueError(f"{run_dir}: {len(networks)} networks to evaluate; expected a run with one global network")
         norms = projection_norms(next(iter(networks.values())), images, augment)
-        rows.append(norm_row(scenario["name"], round_index, norms, clip_mu))
+        rows.append(norm_row(scenario["name"], scenario["seed"], round_index, norms, clip_mu))
     return rows
 
 
@@ -87,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, DatasetUnavailable, ScenarioError) as err:
         print(f"projection_norms: error: {err}", file=sys.stderr)
         return 2
-    print("| run | round | smallest norm | median | 99th percentile | largest | clip_mu | % above sqrt(clip_mu) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | seed | round | smallest norm | median | 99th percentile | largest | clip_mu "
+          "| % above sqrt(clip_mu) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0
 

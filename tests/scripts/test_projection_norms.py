@@ -29,9 +29,10 @@ def test_the_share_above_the_clip_is_of_the_norms_of_round_0_and_of_the_checkpoi
     raw = {**synthetic_raw, "executor": "in_process", "training": {**synthetic_raw["training"], "rounds": 1},
            "method": {"name": "fedavg", "objective": "spectral", "clip_mu": 1e6}}
     run_dir, _ = run_scenario(resolve(raw), str(tmp_path / "run"), progress=False)
-    (run_0, round_0, _, median_0, _, largest_0, mu, above_0), \
-        (run_1, round_1, smallest_1, median_1, _, largest_1, _, above_1) = norms_table(run_dir)
-    assert (run_0, round_0, run_1, round_1, mu, above_0, above_1) == ("tiny", "0", "tiny", "1", "1e+06", "0.0", "0.0")
+    (run_0, seed_0, round_0, _, median_0, _, largest_0, mu, above_0), \
+        (run_1, seed_1, round_1, smallest_1, median_1, _, largest_1, _, above_1) = norms_table(run_dir)
+    assert (run_0, seed_0, round_0, run_1, seed_1, round_1, mu, above_0, above_1) == \
+        ("tiny", "3", "0", "tiny", "3", "1", "1e+06", "0.0", "0.0")
     assert median_0 != median_1 and float(largest_0) < float(smallest_1)  # the checkpoint's network, not round 0's
     # the clip at sqrt(mu), not mu: just under round 1's smallest norm, all of round 1 and none of round 0 above
     assert [row[-1] for row in norms_table(with_clip_mu(run_dir, (float(smallest_1) - 0.01) ** 2))] == ["0.0", "100.0"]
