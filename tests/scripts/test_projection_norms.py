@@ -43,3 +43,9 @@ def test_a_run_without_a_checkpoint_is_one_line_exit_2(tmp_path):
     (tmp_path / "scenario.yaml").write_text("name: x\nseed: 1\n")
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no checkpoint" in done.stderr
+
+
+def test_fewer_than_two_images_is_one_line_exit_2(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--images", "1"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--images 1: expected at least 2" in done.stderr
