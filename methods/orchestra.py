@@ -15,7 +15,10 @@ head (degeneracy loss, Eq. 3); one SGD step, then ``t <- m t + (1 - m) o`` over 
 parameters. The target projections of x enter a memory of the ``memory_size`` most recent ones;
 after training, the client clusters that memory into L equal-size local centroids (no extra pass
 over its data) and uploads online + target weights (summed as ``Stats``, FedAvg) and its centroids
-(payload kind ``"centroids"``).
+(payload kind ``"centroids"``). Beside its losses it logs ``train/assignment_entropy``, the mean
+entropy of the assignments ``P_T(x)`` over its steps (the target's; the online model's without a
+target): near ``log G`` the assignments are uniform and the clustering loss is inert (the finding
+of ``results/orchestra.md``), lower when the projections have spread over the centroids.
 
 Projector (reference ``projection_MLP_orchestra``): Linear(no bias) -> BatchNorm1d -> ReLU ->
 Linear(no bias) -> BatchNorm1d(affine=False), widths ``model.hidden_dim`` / ``model.projector_dim``.
@@ -110,7 +113,7 @@ from torch import Tensor, nn
 
 from methods.base import ClientData, ClientUpload, Method
 from methods.local_training import LocalStep, Workspace, copy_into, ema_update, train_local_epochs
-from methods.losses.orchestra_clustering import orchestra_clustering_loss
+from methods.losses.orchestra_clustering import assignment_entropy, orchestra_clustering_loss
 from methods.losses.rotation import rotation_loss
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objectives import Networks, project
@@ -357,7 +360,8 @@ class Orchestra(Method):
         def batch_loss(rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
             loss, cluster, rotation, z_target = self.step_loss(workspace, images[rows], centroids, generator)
             memory.push(z_target)
-            parts = {"loss_cluster": cluster}
+            parts = {"loss_cluster": cluster,
+                     "assignment_entropy": assignment_entropy(z_target, centroids, self.config.temperature)}
             if rotation is not None:
                 parts["loss_rotation"] = rotation
             return loss, parts

@@ -1,4 +1,5 @@
-"""Orchestra's clustering loss: cross-entropy between target and online assignments to centroids."""
+"""Orchestra's clustering loss: cross-entropy between target and online assignments to centroids
+(and the entropy of the assignments, the monitor its client logs)."""
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,24 @@ def orchestra_clustering_loss(online: Tensor, target: Tensor, centroids: Tensor,
     Returns:
         Scalar loss (mean over the N samples).
     """
-    centroids = F.normalize(centroids.detach(), dim=1)
     with torch.no_grad():
-        target_probs = torch.softmax(F.normalize(target, dim=1) @ centroids.T / temperature, dim=1)
-    online_log_probs = torch.log_softmax(F.normalize(online, dim=1) @ centroids.T / temperature, dim=1)
+        target_probs = torch.softmax(assignment_logits(target, centroids, temperature), dim=1)
+    online_log_probs = torch.log_softmax(assignment_logits(online, centroids, temperature), dim=1)
     return -(target_probs * online_log_probs).sum(dim=1).mean()
+
+
+def assignment_logits(z: Tensor, centroids: Tensor, temperature: float) -> Tensor:
+    """``cos(z_i, mu_g) / temperature``, shape [N, G]: the logits of Orchestra's soft assignment
+    ``P(z)`` (the centroids carry no gradient)."""
+    return F.normalize(z, dim=1) @ F.normalize(centroids.detach(), dim=1).T / temperature
+
+
+@torch.no_grad()
+def assignment_entropy(z: Tensor, centroids: Tensor, temperature: float) -> Tensor:
+    """Mean entropy, in nats, of the soft assignments ``P(z_i)`` over the G centroids: a monitor of
+    whether the clustering loss can work, not a loss term. At ``log G`` every assignment is uniform
+    (all projections equally close to every centroid): the loss's target is the same for every
+    sample and the loss is inert, as it was before Orchestra's projector had its final
+    normalisation (``results/orchestra.md``); at 0 each sample sits on one centroid."""
+    logits = assignment_logits(z, centroids, temperature)
+    return -(torch.softmax(logits, dim=1) * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()

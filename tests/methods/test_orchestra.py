@@ -190,7 +190,7 @@ def test_training_round_uploads_weights_and_local_centroids(after_setup):
     upload = method.client_update(method.make_workspace(torch.device("cpu")), broadcast, None,
                                   ClientData(0, *CLIENTS[0]), context(scenario, 1))
     assert upload.stats.weight == len(CLIENTS[0][1])
-    assert set(upload.metrics) == {"loss", "loss_cluster", "loss_rotation"}
+    assert set(upload.metrics) == {"loss", "loss_cluster", "loss_rotation", "assignment_entropy"}
     assert upload.record["centroids"].shape == (LOCAL, DIM)
     new = uploaded(upload)
     # every weight and BatchNorm statistic, but not BatchNorm's integer step counter
@@ -230,7 +230,8 @@ def replay_client(method, scenario, broadcast, client_id, ctx):
     t <- m t + (1 - m) o over the target's parameters (with ``ema_before_forward``: before the
     target's forward pass instead). With ``reference_views`` the target and the rotation get
     augmented views too (drawn before and after the online view). Returns (weights by name, local centroids,
-    the losses of the steps, the first step's loss after that step on the same inputs)."""
+    the losses of the steps, the first step's loss after that step on the same inputs, the entropy
+    of each step's target assignments, mean over the batch)."""
     training, config = scenario["training"], scenario["method"]
     online, target = method.build_networks()
     online.load_state_dict({k[7:]: v for k, v in broadcast["weights"].items() if k.startswith("online.")})
@@ -249,7 +250,7 @@ def replay_client(method, scenario, broadcast, client_id, ctx):
         with torch.no_grad():
             for name, t in target.named_parameters():
                 t.copy_(m * t + (1 - m) * params[name])
-    memory, losses, after_first = [], [], None
+    memory, losses, after_first, entropies = [], [], None, []
 
     def loss_of(net, x_rotation, x_tilde, z_target, turns):
         z_online = net["projector"](net["encoder"](x_tilde))
@@ -285,13 +286,15 @@ def replay_client(method, scenario, broadcast, client_id, ctx):
                 with torch.no_grad():
                     after_first = loss_of(copy.deepcopy(online), x_rotation, x_tilde, z_target, turns).item()
             losses.append(loss.item())
+            p_target = torch.softmax(z_target @ centroids.T / temperature, dim=1)
+            entropies.append(-(p_target * p_target.log()).sum(dim=1).mean().item())
             memory.append(z_target)
     weights = {f"online.{k}": v for k, v in online.state_dict().items()}
     weights.update({f"target.{k}": v for k, v in target.state_dict().items()})
     memory = torch.cat(memory)[-min(config["memory_size"], len(images)):]
     local = equal_size_clustering(memory, config["num_local_clusters"],
                                   ctx.client_generator(client_id, "local-clustering"), config["clustering_iterations"])
-    return weights, local, losses, after_first
+    return weights, local, losses, after_first, entropies
 
 
 @pytest.mark.parametrize("training, options, steps", [
@@ -316,13 +319,14 @@ def test_client_step_is_algorithm_1_by_hand(after_setup, training, options, step
     broadcast = {**method.broadcast({**state, "weights": weights}, ctx)}
     upload = method.client_update(method.make_workspace(torch.device("cpu")), broadcast, None,
                                   ClientData(2, *CLIENTS[2]), ctx)
-    expected, local, losses, after = replay_client(method, scenario, broadcast, 2, ctx)
+    expected, local, losses, after, entropies = replay_client(method, scenario, broadcast, 2, ctx)
     new = uploaded(upload)
     assert new.keys() == {k for k in expected if not k.endswith("num_batches_tracked")}
     for name, value in new.items():
         assert torch.allclose(value, expected[name].float(), atol=1e-4), name
     assert torch.allclose(upload.record["centroids"], local, atol=1e-5)
     assert len(losses) == steps and upload.metrics["loss"] == pytest.approx(sum(losses) / steps, rel=1e-5)
+    assert upload.metrics["assignment_entropy"] == pytest.approx(sum(entropies) / steps, rel=1e-5)
     assert after < losses[0]
 
 
@@ -388,7 +392,7 @@ def client_step_against_replay(after_setup, **options):
     broadcast = method.broadcast(after_setup[2], ctx)
     upload = method.client_update(method.make_workspace(torch.device("cpu")), broadcast, None,
                                   ClientData(1, *CLIENTS[1]), ctx)
-    expected, local, _, _ = replay_client(method, scenario, broadcast, 1, ctx)
+    expected, local, *_ = replay_client(method, scenario, broadcast, 1, ctx)
     for name, value in uploaded(upload).items():
         assert torch.allclose(value, expected[name].float(), atol=1e-4), name
     assert torch.allclose(upload.record["centroids"], local, atol=1e-5)

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from methods.losses.orchestra_clustering import orchestra_clustering_loss
+from methods.losses.orchestra_clustering import assignment_entropy, orchestra_clustering_loss
 
 
 def softmax(values: list[float]) -> list[float]:
@@ -64,3 +64,19 @@ def test_reference_definition_on_a_three_cluster_example():
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     swapped = orchestra_clustering_loss(target, online, centroids, 0.1)
     assert swapped.item() != pytest.approx(expected, rel=1e-2)
+
+
+def test_assignment_entropy_matches_hand_computation():
+    """Mean over samples of -sum_g P_g log P_g, P = softmax(cos(z, mu) / T): by hand on two samples
+    (cosines (1, 0) and (1/sqrt2, 1/sqrt2) with centroids e1, e2, T 0.5); a sample orthogonal to
+    every centroid is assigned uniformly, entropy log G."""
+    centroids = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    z = torch.tensor([[5.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    expected = 0.0
+    for cosines in ([1.0, 0.0], [1 / math.sqrt(2), 1 / math.sqrt(2)]):
+        p = softmax([c / 0.5 for c in cosines])
+        expected -= sum(q * math.log(q) for q in p) / 2
+    assert assignment_entropy(z, centroids, 0.5).item() == pytest.approx(expected, rel=1e-6)
+    orthogonal = torch.tensor([[0.0, 0.0, 7.0]])
+    assert assignment_entropy(orthogonal, centroids, 0.1).item() == pytest.approx(math.log(2), rel=1e-6)
+
