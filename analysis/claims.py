@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
-                             numerics_notes, paired_difference, pixel_table)
+                             numerics_line, numerics_notes, paired_difference, pixel_table)
 from simulator.evaluation.monitor import EVALUATED_METRIC
 from simulator.runlog import check_directory_path, read_metrics, read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, fraction_suffix, load_scenario, lookup, read_yaml
@@ -542,10 +542,11 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         lines += [f"**Interim: {unfinished} not finished in every arm; "
                   f"the table is over the finished seeds and gives no verdict** (the protocol decides on all "
                   f"{len(suite.seeds) + len(pending)} seeds).", ""]
+    suite_runs = [run for name in suite.arms for run in runs[name]]
     lines += [f"Suite `{suite.path}`; runs in `{runs_dir}`; seeds {','.join(map(str, suite.seeds))}. "
               f"Accuracies top-1 in %, round 0 (the arm's random network, same evaluation data) and final."
               + (f" Arms of the suite left out (`--arms`): {', '.join(suite.left_out)}." if suite.left_out else ""),
-              code_line([run for name in suite.arms for run in runs[name]]),
+              code_line(suite_runs), numerics_line(suite_runs),
               f"Primary metric (decides the verdict): **{suite.primary}**. "
               + (f"Secondary (printed, decide nothing): {', '.join(suite.secondary)}." if suite.secondary
                  else "No secondary metrics."), "",

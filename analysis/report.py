@@ -345,20 +345,33 @@ NUMERICS_NOTE = ("Floating-point results differ between torch versions, CPU inst
                  "`ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2`, README).")
 
 
-def code_line(runs: list[dict]) -> str:
-    """Which code computed the runs (``summary.json``'s ``code``, :mod:`simulator.provenance`): each
-    version with its number of runs; runs that recorded none (older ones) are counted apart."""
+def recorded_line(runs: list[dict], key: str, heading: str) -> str:
+    """``heading`` then each value the runs recorded under ``key`` in ``summary.json`` (a list per
+    run: a resumed run names each session's) with its number of runs; runs that recorded none
+    (older ones) are counted apart."""
     counts: dict[str, int] = {}
     for run in runs:
-        for version in run.get("code") or ("not recorded",):
-            counts[version] = counts.get(version, 0) + 1
-    described = [f"`{version}` ({n} run{'s' if n != 1 else ''})" for version, n in counts.items()
-                 if version != "not recorded"]
+        for value in run.get(key) or ("not recorded",):
+            counts[value] = counts.get(value, 0) + 1
+    described = [f"`{value}` ({n} run{'s' if n != 1 else ''})" for value, n in counts.items()
+                 if value != "not recorded"]
     if "not recorded" in counts:
         n = counts["not recorded"]
         described.append(f"not recorded in {n} run{'s' if n != 1 else ''} (older than the record)")
-    return "Code of the runs (`summary.json` `code`; a resumed run names each session's): " + "; ".join(described) \
-        + "."
+    return f"{heading}: " + "; ".join(described) + "."
+
+
+def code_line(runs: list[dict]) -> str:
+    """Which code computed the runs (``summary.json``'s ``code``, :mod:`simulator.provenance`)."""
+    return recorded_line(runs, "code", "Code of the runs (`summary.json` `code`; a resumed run names each session's)")
+
+
+def numerics_line(runs: list[dict]) -> str:
+    """How the runs computed (``summary.json``'s ``numerics``: torch version, CPU instruction set,
+    GPU): runs of one seed agree bitwise only where these agree, and a change of instruction set can
+    move a final accuracy by about half a point (``results/fedsc.md``)."""
+    return recorded_line(runs, "numerics", "Numerics of the runs (`summary.json` `numerics`; runs agree bitwise "
+                         "only where these agree)")
 
 
 def numerics_notes(by_seed: dict[int, dict[str, dict]]) -> list[str]:

@@ -125,8 +125,8 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
     """``fedssl report`` (the runs' own numbers, and their learning curves in ``plot``) or, with
     ``overrides`` given, ``fedssl evaluate``."""
 
-    from analysis.report import (code_line, learning_table, markdown_table, paired_table, parse_margins, pixel_table,
-                                 read_run)
+    from analysis.report import (code_line, learning_table, markdown_table, numerics_line, paired_table, parse_margins,
+                                 pixel_table, read_run)
     from simulator.data.datasets import DatasetUnavailable
     try:
         learning_margins = parse_margins(margins)
@@ -146,7 +146,7 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
         tables = [markdown_table(runs), learning_table(runs, learning_margins)]
         tables += [table] if (table := pixel_table(runs)) else []
         tables += [paired_table(runs, baseline)] if baseline else []
-        tables.append(code_line(runs) + "\n")
+        tables += [code_line(runs) + "\n", numerics_line(runs) + "\n"]
         if plot:
             from analysis.curves import DEFAULT_METRICS, learning_curves, write_curves
             paths = write_curves(learning_curves(runs, tuple(metrics or DEFAULT_METRICS)), Path(plot))

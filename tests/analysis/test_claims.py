@@ -99,6 +99,8 @@ def test_table_and_verdict_on_hand_made_numbers(tmp_path, synthetic_raw, capsys)
     assert "# Claim: a beats b" in out and "Paper: Nobody et al., Table 1" in out
     assert "Primary metric (decides the verdict): **linear_top1**" in out
     assert "Code of the runs (`summary.json` `code`; a resumed run names each session's): not recorded in 9 runs" in out
+    assert "Numerics of the runs (`summary.json` `numerics`; runs agree bitwise only where these agree): " \
+           "not recorded in 9 runs" in out
     assert "Secondary (printed, decide nothing): knn_top1" in out
     # per arm: round 0 beside final, mean ± std over the seeds, the gain over round 0 with its interval
     assert "| a | decides | " in out and "| 50.00 ± 0.00 | 63.00 ± 1.00 | 40.00 ± 0.00 | 50.00 ± 5.00 |" in out

@@ -166,16 +166,22 @@ def test_two_runs_of_one_scenario_and_seed_are_one_line_exit_2(tmp_path, capsys)
     assert main(["report", str(first), str(other)]) == 0
 
 
-def test_the_report_names_the_code_of_its_runs(tmp_path, capsys):
+def test_the_report_names_the_code_and_the_numerics_of_its_runs(tmp_path, capsys):
     one, two = "fedssl 0.1.0, git 0123456789ab", "fedssl 0.1.0, git ba9876543210+modified"
-    dirs = [fake_run(tmp_path, "a", 0, 0.6, code=[one]), fake_run(tmp_path, "a", 1, 0.6, code=[one]),
-            fake_run(tmp_path, "b", 0, 0.6, code=[one, two]),  # resumed under the second
+    avx2, avx512 = "torch 2.14.1+cu130, CPU AVX2", "torch 2.14.1+cu130, CPU AVX512"
+    dirs = [fake_run(tmp_path, "a", 0, 0.6, code=[one], numerics=[avx2]),
+            fake_run(tmp_path, "a", 1, 0.6, code=[one], numerics=[avx2]),
+            fake_run(tmp_path, "b", 0, 0.6, code=[one, two], numerics=[avx512]),  # resumed under the second
             fake_run(tmp_path, "b", 1, 0.6)]  # older than the record
     assert main(["report", *map(str, dirs)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert capsys.readouterr().out.splitlines()[-3:] == [
         "Code of the runs (`summary.json` `code`; a resumed run names each session's): "
         "`fedssl 0.1.0, git 0123456789ab` (3 runs); `fedssl 0.1.0, git ba9876543210+modified` (1 run); "
-        "not recorded in 1 run (older than the record).")
+        "not recorded in 1 run (older than the record).",
+        "",
+        "Numerics of the runs (`summary.json` `numerics`; runs agree bitwise only where these agree): "
+        "`torch 2.14.1+cu130, CPU AVX2` (2 runs); `torch 2.14.1+cu130, CPU AVX512` (1 run); "
+        "not recorded in 1 run (older than the record)."]
 
 
 def test_projector_knn_is_shown_when_every_run_has_it(tmp_path):
