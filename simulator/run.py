@@ -79,7 +79,9 @@ class stop_signals:
     Python drops an exception raised while a finalizer or a weakref callback runs (it prints "Exception
     ignored in ..." and goes on), and a signal's handler runs wherever the main thread is. So a raised
     stop is also remembered, and raised again where the command checks (each round's end, each run's
-    start, the end of the block) until one propagates: a signal always stops the command.
+    start, the end of the block) until one propagates: a signal always stops the command. Within the
+    block, a dropped stop is dropped quietly (:meth:`drop_quietly`, the block's ``sys.unraisablehook``):
+    its trace would stand before the command's one last line.
     """
 
     SIGNALS = ("SIGINT", "SIGTERM")
@@ -94,7 +96,14 @@ class stop_signals:
         for name in self.SIGNALS:
             number = getattr(signal, name)
             self.saved[number] = signal.signal(number, self.raise_stopped)
+        self.unraisable_hook, sys.unraisablehook = sys.unraisablehook, self.drop_quietly
         return self
+
+    def drop_quietly(self, unraisable) -> None:
+        """Python's hook for an exception it drops: nothing for a stop (remembered, raised again), the
+        hook the block found for any other."""
+        if not isinstance(unraisable.exc_value, Stopped):
+            self.unraisable_hook(unraisable)
 
     @staticmethod
     def raise_stopped(number, frame):
@@ -138,6 +147,7 @@ class stop_signals:
         stop_signals.requested = stop_signals.raised = None
         for number, handler in self.saved.items():
             signal.signal(number, handler)
+        sys.unraisablehook = self.unraisable_hook
         if dropped is not None:
             raise Stopped(dropped, "after the command's last run ended (its results are written)")
 

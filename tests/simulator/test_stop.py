@@ -343,7 +343,27 @@ def drop_a_signal_in_a_finalizer(signal_number: int) -> None:
     Finalized()
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+def test_other_exceptions_dropped_in_the_block_reach_the_hook_it_found(monkeypatch):
+    """Only a stop is dropped quietly; after the block the hook it found is Python's again."""
+    from simulator.run import stop_signals
+    seen = []
+
+    def record(unraisable):
+        seen.append(type(unraisable.exc_value))
+
+    monkeypatch.setattr(sys, "unraisablehook", record)
+
+    class Failing:
+        def __del__(self):
+            raise ValueError("a finalizer's own error")
+
+    with stop_signals():
+        Failing()
+    assert seen == [ValueError]
+    assert sys.unraisablehook is record
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # dropped quietly, no trace
 def test_a_stop_dropped_in_a_finalizer_still_stops_the_command_at_the_end_of_its_block():
     from simulator.run import Stopped, stop_signals
     with pytest.raises(Stopped) as stopped:
@@ -354,7 +374,7 @@ def test_a_stop_dropped_in_a_finalizer_still_stops_the_command_at_the_end_of_its
     assert stop_signals.pending() is None
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # dropped quietly, no trace
 def test_a_stop_dropped_in_a_finalizer_stops_the_commands_next_run_before_it_starts(synthetic_raw):
     from simulator.run import Stopped, run_scenario, stop_signals
     from simulator.scenario import resolve
@@ -366,7 +386,7 @@ def test_a_stop_dropped_in_a_finalizer_stops_the_commands_next_run_before_it_sta
             assert stopped.value.where == "between two runs"
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # dropped quietly, no trace
 def test_a_stop_dropped_in_a_finalizer_as_a_run_starts_stops_it_at_its_first_rounds_end(synthetic_raw, tmp_path,
                                                                                       monkeypatch):
     """The case seen on CI: the signal's raise is dropped after the run's start-of-run check, before its
@@ -391,7 +411,7 @@ def test_a_stop_dropped_in_a_finalizer_as_a_run_starts_stops_it_at_its_first_rou
     assert latest_checkpoint(stopped.value.run_dir).name == "round_00001"  # a resume goes on from round 2
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # dropped quietly, no trace
 def test_fedssl_run_whose_stop_was_dropped_ends_with_one_line_and_the_signals_code(synthetic_raw, tmp_path,
                                                                                  monkeypatch, capsys):
     import simulator.run
@@ -413,7 +433,7 @@ def test_fedssl_run_whose_stop_was_dropped_ends_with_one_line_and_the_signals_co
     assert last == "fedssl: stopped by SIGTERM after the command's last run ended (its results are written)", last
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # dropped quietly, no trace
 @pytest.mark.parametrize("first_stop", [True, False])
 def test_a_second_signal_while_the_run_shuts_down_keeps_the_runs_stop_line(synthetic_raw, tmp_path, monkeypatch,
                                                                            first_stop):
