@@ -710,7 +710,9 @@ def test_a_deadline_stops_the_run_under_way_at_a_round_end_and_a_later_call_resu
     assert main(["claim", str(suite), "--until", "+3h"]) == 124
     first = capsys.readouterr()
     assert [(seed, lr) for seed, lr, _ in calls] == [(0, 0.05), (0, 0.01), (1, 0.05)]  # no fourth run
-    assert alarms[-1].fired and alarms[-1].timer is not None and not alarms[-1].timer.is_alive()
+    assert alarms[-1].fired and alarms[-1].timer is not None
+    alarms[-1].timer.join(10)  # cancelled: its thread ends on its own schedule
+    assert not alarms[-1].timer.is_alive()
     assert f"claim: runs stop at {alarms[-1].deadline}" in first.err
     assert first.err.strip().splitlines()[-1] == (f"claim: the deadline stopped the claim {stopped_run} after round 1 "
                                                   f"of 6; run it again to go on (a stopped run resumes from its "

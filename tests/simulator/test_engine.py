@@ -78,8 +78,9 @@ def test_the_summary_names_the_numerics_of_the_driver_and_of_every_worker(tmp_pa
          f"torch {version}, CPU DEFAULT, oneDNN {onednn_not_capped}"])
 
 
-def federation_weights(scenario, rounds, between_rounds=lambda r: None):
-    """The global weights after ``rounds`` rounds of a RayFederation (4 of 8 clients a round)."""
+def federation_weights(scenario, rounds, between_rounds=lambda r, federation: None):
+    """The global weights after ``rounds`` rounds of a RayFederation (4 of 8 clients a round);
+    ``between_rounds(r, federation)`` before round ``r``."""
     from simulator.context import RoundContext, freeze
     from simulator.data.store import prepare_partition
     from simulator.engine import RayFederation
@@ -90,7 +91,7 @@ def federation_weights(scenario, rounds, between_rounds=lambda r: None):
     federation.setup(data_spec(partition_dir, scenario), str(partition_dir), None)
     try:
         for r in range(1, rounds + 1):
-            between_rounds(r)
+            between_rounds(r, federation)
             _, cohort = sample_cohort(scenario["seed"], r, 8, 4)
             federation.run_round(RoundContext(r, rounds, cohort, scenario["seed"], freeze(scenario)))
         return federation.state()["weights"]
@@ -160,14 +161,13 @@ def test_the_driver_stands_in_for_a_worker_still_starting_up(ray_session, synthe
     import ray
 
     from simulator import engine
-    started, ready, calls = tmp_path / "may-start", tmp_path / "set-up", tmp_path / "calls"
+    started, calls = tmp_path / "may-start", tmp_path / "calls"
 
     class SlowStartingWorker(engine.WorkerActor.__ray_actor_class__):  # local, so that Ray ships it by value
         def setup(self, *args):
             while not started.exists():  # still importing, as far as the driver can tell
                 time.sleep(0.05)
             super().setup(*args)
-            ready.touch()
 
         @ray.method(num_returns=2)
         def run(self, broadcast, extras, client_ids, ctx):
@@ -179,15 +179,13 @@ def test_the_driver_stands_in_for_a_worker_still_starting_up(ray_session, synthe
     reference = federation_weights({**scenario, "ray": {**scenario["ray"], "driver_simulates": False}}, 3)
     monkeypatch.setattr(engine, "WorkerActor", ray.remote(SlowStartingWorker))
 
-    def release_after_round_2(r):
+    def release_after_round_2(r, federation):
         if r == 3:
             started.touch()
-            deadline = time.monotonic() + 120
-            while not ready.exists() and time.monotonic() < deadline:  # however loaded the machine
-                time.sleep(0.05)
-            time.sleep(2)  # and its setup's return reaches the driver before round 3 asks
+            booting = list(federation.booting.values())  # until its setup's return reaches the driver,
+            assert ray.wait(booting, num_returns=len(booting), timeout=120)[1] == []  # however loaded the machine
     import threading
-    timer = threading.Timer(60, started.touch)  # without a stand-in, round 1 waits for this: the test fails, not hangs
+    timer = threading.Timer(240, started.touch)  # without a stand-in, round 1 waits for this: the test fails, not hangs
     timer.start()
     try:
         weights = federation_weights(scenario, 3, release_after_round_2)

@@ -139,10 +139,14 @@ def test_worker_hung_while_starting_is_replaced_after_the_share_timeout(ray_sess
 RAY_LOG_LINE = re.compile(r"^(?:\x1b\[[0-9;]*m)?\((?:raylet|[^)]*pid=\d+)[^)]*\)")
 
 
+def without_ray_lines(err: str) -> str:
+    """``err`` without Ray's log lines and blank lines: what fedssl wrote."""
+    return "\n".join(line for line in err.splitlines() if line.strip() and not RAY_LOG_LINE.match(line))
+
+
 def fedssl_stderr(capsys) -> str:
-    """What fedssl wrote to stderr: the captured error output without Ray's log lines and blank lines."""
-    return "\n".join(line for line in capsys.readouterr().err.splitlines()
-                     if line.strip() and not RAY_LOG_LINE.match(line))
+    """What fedssl wrote to stderr (:func:`without_ray_lines` of the captured error output)."""
+    return without_ray_lines(capsys.readouterr().err)
 
 
 def failed_run(raw, tmp_path, capsys):
@@ -507,7 +511,7 @@ def test_exploding_loss_stops_with_round_client_method_and_keeps_the_checkpoint(
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(exploding))
 
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    err = fedssl_stderr(capsys).splitlines()[-1]
     assert err.startswith("fedssl: error: round 3, client ") and "method fedavg/spectral: loss is" in err
     assert err.endswith(str(run_dir / "checkpoints" / "round_00002"))
     good = torch.load(run_dir / "checkpoints" / "round_00002" / "state.pt", weights_only=False)
@@ -528,7 +532,7 @@ def test_weights_too_large_for_exact_sums_stop_the_run_with_one_line_naming_the_
                                                                      "grad_clip_norm": 1.0}}))
     assert main(["run", str(scenario), "--out", str(tmp_path / "run"), "--quiet"]) == 1
     err = capsys.readouterr().err
-    last = err.strip().splitlines()[-1]
+    last = without_ray_lines(err).splitlines()[-1]
     assert "Traceback" not in err and last.startswith("fedssl: error: round 1, client "), err
     assert "method fedavg: upload 'weights/" in last and "too large for exact aggregation" in last, last
     assert last.endswith("its local training diverged (try a smaller training.lr); the run stopped, its last good "

@@ -64,8 +64,8 @@ def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, comma
                         trigger: str = "round 1/", times: int = 1) -> tuple[subprocess.CompletedProcess, set]:
     """Start ``fedssl run`` (or ``command``, another fedssl command line), send the signal as soon as
     round 1's line (a line starting with ``trigger``) is printed (``times`` = 2: 0.5 s after it, so
-    that it lands in the next round, and again 0.3 s later, which stops at once rather than at the end
-    of the round), wait for the end; returns the outcome
+    that it lands in the next round, and again once the command says it noted the first, which stops
+    at once rather than at the end of the round), wait for the end; returns the outcome
     and the pids of the processes the command had started by then."""
     command = command or ["run", str(scenario), "--out", str(run_dir)]
     process = subprocess.Popen(fedssl(*command), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -78,7 +78,10 @@ def stop_during_round_2(scenario: Path, run_dir: Path, signal_number: int, comma
                 time.sleep(0.5)  # signal before it would stop the run there, gracefully, before the second
             process.send_signal(signal_number)
             if times == 2:
-                time.sleep(0.3)
+                for noted in process.stderr:
+                    lines.append(noted)
+                    if "stopping at the end of this round" in noted:
+                        break
                 process.send_signal(signal_number)
             break
     out, err = process.communicate(timeout=300)
