@@ -5,9 +5,11 @@ The population is planned as in the federated run (same seed, same clients, drop
 in round r, where the federated cohort's completing clients hold ``S_r`` samples, one client that
 holds the union of every client's data (as written in the partition: rotations included) trains
 ``training.local_epochs`` epochs on a random ``S_r`` of them (drawn from (seed, round)). It thus
-makes the same number of sample passes as the federated run (``train/samples``, round by round),
-without the federation's heterogeneity; its server step is the method's with one client (FedAvg:
-the client's networks, through the server optimiser).
+has the federated run's sample budget (``train/samples``, round by round) without the federation's
+heterogeneity: where an incomplete last batch is skipped (one sample; under ``training.drop_last`` up
+to a batch), each federated client skips its own and the one client only one, so it steps on a few
+more samples. Its server step is the method's with one client (FedAvg: the client's networks,
+through the server optimiser).
 """
 from __future__ import annotations
 
