@@ -689,8 +689,8 @@ class RoundsWhileRayStarts:
     def worker_nodes(self) -> int:
         return self.current.worker_nodes()
 
-    def numerics(self) -> list[str]:
-        return self.current.numerics()
+    def pool_numerics(self) -> dict[str, set[str]]:
+        return self.current.pool_numerics()
 
     def shutdown(self) -> None:
         """Waits for Ray to be up (a Ray instance half started is not left behind), then stops the actors."""
@@ -914,29 +914,38 @@ class RayFederation:
     def peak_memory_mb(self) -> dict[str, float]:
         """Peak resident memory of the driver (with the server and the worker slot it hosts), the server
         and evaluator actors and all worker actors."""
-        workers = self.ask_live_workers("memory")
+        workers = self.ask_live_workers("memory").values()
         evaluator = self.evaluator.peak_mb() if self.evaluator else 0.0
         return {"driver": memory_mb()["peak_mb"], "server": self.server.peak_mb(),
                 "evaluator": evaluator, "workers": sum(w["peak_mb"] for w in workers)}
 
     def worker_nodes(self) -> int:
         """How many nodes the (live) workers run on."""
-        return len(set(self.ask_live_workers("node_id")))
+        return len(set(self.ask_live_workers("node_id").values()))
 
-    def numerics(self) -> list[str]:
-        """The distinct numerics (:func:`simulator.resources.process_numerics`) of the driver, which
-        hosts or sits beside the server and the evaluator, and of every worker slot."""
-        in_driver = [slot.worker.numerics() for slot in self.slots if isinstance(slot, WorkerInDriver)]
-        return sorted({process_numerics(), *in_driver, *self.ask_live_workers("numerics")})
+    def pool_numerics(self) -> dict[str, set[str]]:
+        """Per worker pool, the distinct numerics (:func:`simulator.resources.process_numerics`) of
+        the processes that simulate its clients: the driver, where it holds one of its slots, and its
+        live actors (:meth:`ask_live_workers`). More than one: which client ran where is the actors'
+        placement, and another placement need not repeat the run bitwise."""
+        pools: dict[str, set[str]] = {name: set() for name in self.pools}
+        for index, slot in enumerate(self.slots):
+            if isinstance(slot, WorkerInDriver):
+                pools[self.worker_pool[index]].add(slot.worker.numerics())
+        for index, numerics in self.ask_live_workers("numerics").items():
+            pools[self.worker_pool[index]].add(numerics)
+        return pools
 
-    def ask_live_workers(self, method: str) -> list:
-        """Every worker actor's answer to ``method``, but a worker lost since its last share (its
-        replacement comes with the next round that gives it a share): a worker can die between rounds,
-        while a checkpoint or the summary asks the workers how they run."""
-        answers = []
-        for asked in [getattr(worker, method).remote() for worker in self.workers]:
+    def ask_live_workers(self, method: str) -> dict[int, Any]:
+        """Every worker actor's answer to ``method`` by its slot, but a worker lost since its last share
+        (its replacement comes with the next round that gives it a share): a worker can die between
+        rounds, while a checkpoint or the summary asks the workers how they run."""
+        asked = {index: getattr(slot, method).remote() for index, slot in enumerate(self.slots)
+                 if not isinstance(slot, WorkerInDriver)}
+        answers = {}
+        for index, answer in asked.items():
             try:
-                answers.append(ray.get(asked))
+                answers[index] = ray.get(answer)
             except ray.exceptions.RayActorError:
                 pass
         return answers

@@ -124,10 +124,9 @@ class InProcessFederation:
     def worker_nodes() -> int:
         return 1
 
-    def numerics(self) -> list[str]:
-        """The distinct numerics of the driver and of its pools' devices."""
-        return sorted({process_numerics(), *(process_numerics(worker_device(pool["num_gpus"]))
-                                             for pool in self.pools.values())})
+    def pool_numerics(self) -> dict[str, set[str]]:
+        """Per worker pool, the numerics of its device in the driver: one each."""
+        return {name: {process_numerics(worker_device(pool["num_gpus"]))} for name, pool in self.pools.items()}
 
     def shutdown(self) -> None:
         pass

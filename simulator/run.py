@@ -20,7 +20,7 @@ from simulator.held_out import HeldOutImages
 from simulator.population import CohortSchedule, Population
 from simulator.progress import Progress
 from simulator.provenance import code_version
-from simulator.resources import memory_mb, process_start_time
+from simulator.resources import memory_mb, process_numerics, process_start_time
 from simulator.scenario import ScenarioError, fraction_suffix
 from simulator.runlog import (RunLog, checkpoint_round, latest_checkpoint, new_run_dir, read_checkpoint,
                               restore_client_states, write_checkpoint, write_summary)
@@ -334,6 +334,7 @@ class RunLoop:
         # the numerics of every session that computed part of this run (a resumed run may have
         # begun on another machine): carried in the checkpoints, the summary names them all
         self.numerics: set[str] = set(resumed.get("numerics", ()))
+        self.pool_numerics: dict[str, set[str]] = {}  # this session's, per worker pool (mixed_pools_note)
         # likewise the code of every session (simulator.provenance): a resume under a later commit is said
         self.code: list[str] = sorted(set(resumed.get("code", ())) | {code_version()})
         self.eval_enabled = scenario["eval"]["enabled"]
@@ -347,9 +348,12 @@ class RunLoop:
         self.initial_networks = federation.networks_now() if self.eval_enabled and 0 not in self.evals else None
 
     def numerics_so_far(self) -> list[str]:
-        """The numerics of this session's processes (:meth:`numerics` of the federation) and of the
-        sessions before a resume, sorted."""
-        self.numerics.update(self.federation.numerics())
+        """The numerics of this session's processes (the driver, which hosts or sits beside the server
+        and the evaluator, and those of each worker pool: the federation's ``pool_numerics``) and of
+        the sessions before a resume, sorted."""
+        for pool, numerics in self.federation.pool_numerics().items():
+            self.pool_numerics.setdefault(pool, set()).update(numerics)
+        self.numerics.update({process_numerics(), *(n for numerics in self.pool_numerics.values() for n in numerics)})
         return sorted(self.numerics)
 
     def collect_evals(self, wait: bool) -> None:
@@ -490,4 +494,21 @@ class RunLoop:
         summary.update({name.removeprefix("summary/"): value for _, name, value, _ in
                         sorted(self.log.rows, key=lambda row: row[0]) if name.startswith("summary/")})
         write_summary(self.run_dir, summary)
+        note = mixed_pools_note(self.pool_numerics)
+        if note:
+            print(f"fedssl: note: {self.run_dir}: {note}", file=sys.stderr, flush=True)
         return summary
+
+
+def mixed_pools_note(pool_numerics: dict[str, set[str]]) -> str | None:
+    """What a run whose clients of one worker pool were simulated with different numerics (nodes of
+    two kinds, or a cap set in some processes only) must be told: which clients ran where followed the
+    placement of the worker actors, so another one need not repeat it bitwise; None where each pool
+    computed one way."""
+    mixed = [f"{pool}: {'; '.join(sorted(numerics))}" for pool, numerics in sorted(pool_numerics.items())
+             if len(numerics) > 1]
+    if not mixed:
+        return None
+    return (f"the clients of a worker pool were simulated with different numerics ({' / '.join(mixed)}), so "
+            f"the results follow where Ray placed the workers, and another placement need not repeat them "
+            f"bitwise (README, \"On a Ray cluster\")")

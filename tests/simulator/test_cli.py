@@ -378,6 +378,7 @@ def test_fedssl_run_disconnects_the_ray_it_started_before_its_last_lines(synthet
     lines = done.stdout.strip().splitlines()
     assert lines[-3:-1] == ["ray disconnected", f"run directory: {tmp_path / 'run'}"], done.stdout
     assert "Token authentication is enabled" not in done.stderr  # Ray's notice of its secure default: noise
+    assert "fedssl: note:" not in done.stderr  # the driver's slot and the actor compute alike (no mixed pool)
 
 
 def finished_run(scenario: dict, out: str) -> tuple[Path, dict]:

@@ -13,6 +13,7 @@ import yaml
 
 from analysis.report import read_run
 from analysis.run_diff import logged_values
+from simulator.federation import worker_pools
 from simulator.resources import cpu_flags, onednn_isa
 from simulator.run import run_scenario
 from simulator.scenario import resolve
@@ -73,9 +74,15 @@ def test_the_summary_names_the_numerics_of_the_driver_and_of_every_worker(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     version = torch.__version__
     onednn_not_capped = onednn_isa(cpu_flags(), {})  # the worker capped torch's own kernels only
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted(
-        [f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}",
-         f"torch {version}, CPU DEFAULT, oneDNN {onednn_not_capped}"])
+    driver, actor = (f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}",
+                     f"torch {version}, CPU DEFAULT, oneDNN {onednn_not_capped}")
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted([driver, actor])
+    # the driver's slot and the actor simulate clients of one pool: the run says that placement decided it
+    (pool,) = worker_pools(resolve(raw))
+    assert [line for line in done.stderr.splitlines() if line.startswith("fedssl: note: ")] == [
+        f"fedssl: note: {tmp_path / 'run'}: the clients of a worker pool were simulated with different numerics "
+        f"({pool}: {'; '.join(sorted([driver, actor]))}), so the results follow where Ray placed the workers, and "
+        f"another placement need not repeat them bitwise (README, \"On a Ray cluster\")"]
 
 
 def federation_weights(scenario, rounds, between_rounds=lambda r, federation: None):
@@ -565,12 +572,25 @@ def test_the_summary_sums_the_worker_actors_peaks_and_counts_their_distinct_node
     from types import SimpleNamespace
 
     from simulator.engine import RayFederation
-    answers = {"memory": [{"peak_mb": 300.0}, {"peak_mb": 200.0}], "node_id": ["node a", "node b", "node a"]}
+    answers = {"memory": {0: {"peak_mb": 300.0}, 2: {"peak_mb": 200.0}}, "node_id": {0: "node a", 2: "node b", 3: "node a"}}
     federation = SimpleNamespace(ask_live_workers=answers.get, evaluator=None,
                                  server=SimpleNamespace(peak_mb=lambda: 0.0))
     peaks = RayFederation.peak_memory_mb(federation)
     assert peaks["workers"] == 500.0 and peaks["evaluator"] == peaks["server"] == 0.0 and peaks["driver"] > 0
     assert RayFederation.worker_nodes(federation) == 2
+
+
+def test_the_numerics_of_each_pool_are_those_of_its_actors_and_of_the_drivers_slot_in_it():
+    from types import SimpleNamespace
+
+    from simulator import engine
+    driver = engine.WorkerInDriver({}, {"num_cpus": 1, "num_gpus": 0.0})
+    federation = SimpleNamespace(
+        slots=["actor 0", driver, "actor 2", "actor 3"], worker_pool=["cpu", "cpu", "gpu", "gpu"],
+        pools={"cpu": {}, "gpu": {}, "idle": {}},
+        ask_live_workers={"numerics": {0: "CPU AVX2", 2: "GPU H200", 3: "GPU H200"}}.get)  # slot 1: the driver's
+    assert engine.RayFederation.pool_numerics(federation) == {
+        "cpu": {"CPU AVX2", driver.worker.numerics()}, "gpu": {"GPU H200"}, "idle": set()}
 
 
 def test_the_driver_plays_the_first_rounds_only_for_a_local_instance_of_its_own_that_nothing_needs_at_once(

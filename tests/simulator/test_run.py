@@ -287,3 +287,13 @@ def test_a_server_that_keeps_dying_fails_the_run_after_three_restarts(synthetic_
         run_scenario(scenario, str(tmp_path / "run"), progress=False)
     assert str(failed.value) == "round 3: the parameter server died; it kept dying (3 restarts)"
     assert failed.value.last_checkpoint == str(tmp_path / "run" / "checkpoints" / "round_00002")
+
+
+def test_a_note_only_where_one_pools_clients_were_simulated_with_different_numerics():
+    from simulator.run import mixed_pools_note
+    # pools that each compute one way (a GPU tier beside a CPU one) repeat bitwise whatever the placement
+    assert mixed_pools_note({"large": {"GPU H200"}, "small": {"CPU AVX2"}, "idle": set()}) is None
+    assert mixed_pools_note({"large": {"GPU H200"}, "small": {"CPU AVX512", "CPU AVX2"}, "tiny": {"CPU AVX2", "CPU X"}}) == (
+        "the clients of a worker pool were simulated with different numerics (small: CPU AVX2; CPU AVX512 / "
+        "tiny: CPU AVX2; CPU X), so the results follow where Ray placed the workers, and another placement need "
+        "not repeat them bitwise (README, \"On a Ray cluster\")")
