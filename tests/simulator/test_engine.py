@@ -572,7 +572,8 @@ def test_the_summary_sums_the_worker_actors_peaks_and_counts_their_distinct_node
     from types import SimpleNamespace
 
     from simulator.engine import RayFederation
-    answers = {"memory": {0: {"peak_mb": 300.0}, 2: {"peak_mb": 200.0}}, "node_id": {0: "node a", 2: "node b", 3: "node a"}}
+    answers = {"memory": {0: {"peak_mb": 300.0}, 2: {"peak_mb": 200.0}},
+               "node_id": {0: "node a", 2: "node b", 3: "node a"}}
     federation = SimpleNamespace(ask_live_workers=answers.get, evaluator=None,
                                  server=SimpleNamespace(peak_mb=lambda: 0.0))
     peaks = RayFederation.peak_memory_mb(federation)

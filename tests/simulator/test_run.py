@@ -293,7 +293,8 @@ def test_a_note_only_where_one_pools_clients_were_simulated_with_different_numer
     from simulator.run import mixed_pools_note
     # pools that each compute one way (a GPU tier beside a CPU one) repeat bitwise whatever the placement
     assert mixed_pools_note({"large": {"GPU H200"}, "small": {"CPU AVX2"}, "idle": set()}) is None
-    assert mixed_pools_note({"large": {"GPU H200"}, "small": {"CPU AVX512", "CPU AVX2"}, "tiny": {"CPU AVX2", "CPU X"}}) == (
+    mixed = {"large": {"GPU H200"}, "small": {"CPU AVX512", "CPU AVX2"}, "tiny": {"CPU AVX2", "CPU X"}}
+    assert mixed_pools_note(mixed) == (
         "the clients of a worker pool were simulated with different numerics (small: CPU AVX2; CPU AVX512 / "
         "tiny: CPU AVX2; CPU X), so the results follow where Ray placed the workers, and another placement need "
         "not repeat them bitwise (README, \"On a Ray cluster\")")
