@@ -926,8 +926,8 @@ class RayFederation:
     def pool_numerics(self) -> dict[str, set[str]]:
         """Per worker pool, the distinct numerics (:func:`simulator.resources.process_numerics`) of
         the processes that simulate its clients: the driver, where it holds one of its slots, and its
-        live actors (:meth:`ask_live_workers`). More than one: which client ran where is the actors'
-        placement, and another placement need not repeat the run bitwise."""
+        live actors (:meth:`ask_live_workers`). More than one: which process simulated which client (the
+        number of workers, their placement) decides the results (:func:`simulator.run.mixed_pools_note`)."""
         pools: dict[str, set[str]] = {name: set() for name in self.pools}
         for index, slot in enumerate(self.slots):
             if isinstance(slot, WorkerInDriver):

@@ -502,13 +502,13 @@ class RunLoop:
 
 def mixed_pools_note(pool_numerics: dict[str, set[str]]) -> str | None:
     """What a run whose clients of one worker pool were simulated with different numerics (nodes of
-    two kinds, or a cap set in some processes only) must be told: which clients ran where followed the
-    placement of the worker actors, so another one need not repeat it bitwise; None where each pool
-    computed one way."""
+    two kinds, or a cap set in some processes only) must be told: which process simulated which client
+    (the number of workers, their placement) decided its results, so another run need not repeat them
+    bitwise; None where each pool computed one way."""
     mixed = [f"{pool}: {'; '.join(sorted(numerics))}" for pool, numerics in sorted(pool_numerics.items())
              if len(numerics) > 1]
     if not mixed:
         return None
     return (f"the clients of a worker pool were simulated with different numerics ({' / '.join(mixed)}), so "
-            f"the results follow where Ray placed the workers, and another placement need not repeat them "
-            f"bitwise (README, \"On a Ray cluster\")")
+            f"the results depend on which process simulated which client (the number of workers, where Ray "
+            f"placed them), and another run need not repeat them bitwise (README, \"On a Ray cluster\")")

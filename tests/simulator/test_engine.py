@@ -77,12 +77,13 @@ def test_the_summary_names_the_numerics_of_the_driver_and_of_every_worker(tmp_pa
     driver, actor = (f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}",
                      f"torch {version}, CPU DEFAULT, oneDNN {onednn_not_capped}")
     assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted([driver, actor])
-    # the driver's slot and the actor simulate clients of one pool: the run says that placement decided it
+    # the driver's slot and the actor simulate clients of one pool: the run says that this split decided it
     (pool,) = worker_pools(resolve(raw))
     assert [line for line in done.stderr.splitlines() if line.startswith("fedssl: note: ")] == [
         f"fedssl: note: {tmp_path / 'run'}: the clients of a worker pool were simulated with different numerics "
-        f"({pool}: {'; '.join(sorted([driver, actor]))}), so the results follow where Ray placed the workers, and "
-        f"another placement need not repeat them bitwise (README, \"On a Ray cluster\")"]
+        f"({pool}: {'; '.join(sorted([driver, actor]))}), so the results depend on which process simulated which "
+        f"client (the number of workers, where Ray placed them), and another run need not repeat them bitwise "
+        f"(README, \"On a Ray cluster\")"]
 
 
 def federation_weights(scenario, rounds, between_rounds=lambda r, federation: None):

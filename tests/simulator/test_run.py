@@ -296,5 +296,5 @@ def test_a_note_only_where_one_pools_clients_were_simulated_with_different_numer
     mixed = {"large": {"GPU H200"}, "small": {"CPU AVX512", "CPU AVX2"}, "tiny": {"CPU AVX2", "CPU X"}}
     assert mixed_pools_note(mixed) == (
         "the clients of a worker pool were simulated with different numerics (small: CPU AVX2; CPU AVX512 / "
-        "tiny: CPU AVX2; CPU X), so the results follow where Ray placed the workers, and another placement need "
-        "not repeat them bitwise (README, \"On a Ray cluster\")")
+        "tiny: CPU AVX2; CPU X), so the results depend on which process simulated which client (the number of "
+        "workers, where Ray placed them), and another run need not repeat them bitwise (README, \"On a Ray cluster\")")
