@@ -347,7 +347,7 @@ def drop_a_signal_in_a_finalizer(signal_number: int) -> None:
 
 
 def test_other_exceptions_dropped_in_the_block_reach_the_hook_it_found(monkeypatch):
-    """Only a stop is dropped quietly; after the block the hook it found is Python's again."""
+    """Only a stop is dropped quietly; after the block the hook it found is back."""
     from simulator.run import stop_signals
     seen = []
 
