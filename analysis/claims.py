@@ -28,7 +28,7 @@ mean paired difference (points, n - 1 degrees of freedom):
 - ``greater``: **reproduced** when lo > 0, **contradicted** when hi < 0;
 - ``equivalent``: **reproduced** when -margin < lo and hi < margin, **contradicted** when the
   interval lies wholly outside (lo > margin or hi < -margin);
-- ``not_greater``: **reproduced** when hi < margin (inside the margin or below zero),
+- ``not_greater``: **reproduced** when hi < margin (whether or not it hurts, and by how much),
   **contradicted** when lo > margin;
 - otherwise (and always with a single seed) **not reproduced**: the data cannot tell.
 
@@ -446,7 +446,14 @@ def unlike(stored: dict, other: dict) -> list[str]:
 def metric_value(run: dict, section: str, metric: str) -> float | None:
     """``section`` (``initial``/``final``) value of ``metric`` in a run read by
     :func:`analysis.report.read_run`; ``GROUP/METRIC`` reads the per-group means of ``metrics.parquet``
-    (round 0 for ``initial``, the last evaluation for ``final``). None when the run lacks it."""
+    (round 0 for ``initial``, the last evaluation for ``final``). None when the run lacks it or it is not
+    a finite number (the alignment and uniformity of a network whose features are NaN), shown as ``n/a``."""
+    value = logged_value(run, section, metric)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def logged_value(run: dict, section: str, metric: str) -> float | None:
+    """:func:`metric_value` as the run logged it (NaN included)."""
     if "/" not in metric:
         return (run.get(section) or {}).get(metric)
     group, name = metric.split("/", 1)
@@ -507,8 +514,10 @@ def read_runs(suite: Suite, runs_dir: Path) -> dict[str, list[dict]]:
         for run in runs[arm]:
             for section in ("initial", "final"):
                 if metric_value(run, section, suite.primary) is None:
+                    value = logged_value(run, section, suite.primary)
                     raise ValueError(f"{run['dir']}: summary.json: expected {section}.{suite.primary} "
-                                     f"(the suite's primary metric), found none")
+                                     f"(the suite's primary metric), "
+                                     + ("found none" if value is None else f"a finite number, got {value!r}"))
     return runs
 
 

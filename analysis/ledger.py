@@ -38,7 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from analysis.claims import differences
-from analysis.report import check_margins, learning_verdict, points_over_round0, read_run, t_interval
+from analysis.report import check_margins, gain_text, learning_verdict, points_over_round0, read_run, t_interval
 from methods.objectives import OBJECTIVES
 from simulator.provenance import git
 from simulator.runlog import read_recorded_scenario
@@ -183,7 +183,8 @@ SHORT_NAMES = {"knn_top1": "kNN", "linear_top1": "probe"}  # the margins' metric
 
 
 def gains(run: dict, margins: dict[str, float]) -> str:
-    return ", ".join(f"{SHORT_NAMES.get(m, m)} {points_over_round0(run, m):+.2f}" for m in margins)
+    return ", ".join(f"{SHORT_NAMES.get(m, m)} {gain_text(points_over_round0(run, m), margin)}"
+                     for m, margin in margins.items())
 
 
 def counted(entries: list[str]) -> list[str]:
@@ -207,7 +208,7 @@ def seed_gains(runs: list[LedgerRun], metric: str) -> list[float]:
     by_seed: dict[int, list[float]] = {}
     for r in runs:
         by_seed.setdefault(r.run["seed"], []).append(points_over_round0(r.run, metric))
-    return [sum(g) / len(g) for _, g in sorted(by_seed.items())]
+    return [round(sum(g) / len(g), 9) for _, g in sorted(by_seed.items())]  # as points_over_round0 rounds
 
 
 def against_margin(gains: list[float], margin: float) -> tuple[str, str]:

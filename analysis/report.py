@@ -124,14 +124,17 @@ def by_scenario(runs: list[dict]) -> dict[str, list[dict]]:
 
 
 def sample_std(values: list[float]) -> float:
-    """Sample standard deviation; 0 for a single value."""
+    """Sample standard deviation; 0 for a single value, NaN when a value is (``statistics.stdev`` raises
+    on a NaN)."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def mean_std(values: list[float | None]) -> str:
-    """``mean ± sample std`` in percent; ``n/a`` when a value is missing (None); one value alone has no
-    spread to show (``± 0.00`` read as seeds that agree)."""
-    if any(v is None for v in values):
+    """``mean ± sample std`` in percent; ``n/a`` when a value is missing (None) or not a finite number (the
+    alignment of NaN features); one value alone has no spread to show (``± 0.00`` read as seeds that agree)."""
+    if any(v is None or not math.isfinite(v) for v in values):
         return "n/a"
     if len(values) == 1:
         return f"{percent(values[0])} (1 seed)"
@@ -206,6 +209,16 @@ def points_over_round0(run: dict, metric: str) -> float:
     return round(100 * (run["final"][metric] - run["initial"][metric]), 9)
 
 
+def gain_text(gain: float, margin: float | None = None) -> str:
+    """``gain`` in points as ``+3.25``; with as many more decimals as it takes for a gain below ``margin`` not
+    to be printed as reaching it (``+3.999``, not ``+4.00``: the verdicts compare the unrounded gains)."""
+    for decimals in range(2, 10):
+        text = f"{gain:+.{decimals}f}"
+        if margin is None or gain >= margin or float(text) < margin:
+            break
+    return text
+
+
 def learning_verdict(run: dict, margins: dict[str, float]) -> str:
     """Whether ``run`` beats its own round-0 network: on every margin metric by its margin (points),
     else the metrics it is not above round 0 on, else those below their margins."""
@@ -215,7 +228,8 @@ def learning_verdict(run: dict, margins: dict[str, float]) -> str:
         return "**not above its round-0 network** on " + ", ".join(f"{m} ({gains[m]:+.2f})" for m in flat)
     short = [m for m, g in gains.items() if g < margins[m]]
     if short:
-        return "**below the margin** on " + ", ".join(f"{m} ({gains[m]:+.2f} < +{margins[m]:g})" for m in short)
+        return "**below the margin** on " + ", ".join(f"{m} ({gain_text(gains[m], margins[m])} < +{margins[m]:g})"
+                                                      for m in short)
     return "clears the margins"
 
 
@@ -251,7 +265,7 @@ def learning_table(runs: list[dict], margins: dict[str, float], label: str = "sc
     for run in sorted(runs, key=lambda r: (r["name"], r["seed"])):
         verdict = learning_verdict(run, margins)
         cleared += verdict == "clears the margins"
-        gains = " | ".join(f"{points_over_round0(run, m):+.2f}" for m in shown)
+        gains = " | ".join(gain_text(points_over_round0(run, m), margins.get(m)) for m in shown)
         scarce = scarce_label_verdict(run, pairs) if pairs else ""
         more += scarce == "yes"
         lines.append(f"| {run['name']} | {run['seed']} | {gains} | {verdict} |" + (f" {scarce} |" if pairs else ""))

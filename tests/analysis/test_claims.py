@@ -334,6 +334,34 @@ def test_a_secondary_metric_the_baseline_lacks_is_n_a_and_the_claim_is_decided(t
     assert out.rstrip().endswith("**Claim reproduced**.")
 
 
+def test_a_nan_secondary_metric_is_n_a_and_a_nan_primary_is_one_line(tmp_path, synthetic_raw, capsys):
+    """The alignment of NaN features is NaN (summary.json allows it beside finite accuracies): as a secondary
+    metric its cells and differences are n/a and the primary still decides; as the primary, one line, exit 2."""
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite_file = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    suite = yaml.safe_load(suite_file.read_text())
+    suite["secondary"] = ["align"]
+    write_yaml(suite_file, suite)
+    for arm in finals:
+        for seed in (0, 1, 2):
+            path = tmp_path / "runs" / arm / f"seed_{seed}" / "summary.json"
+            summary = json.loads(path.read_text())
+            summary["initial"]["align"] = 0.5
+            summary["final"]["align"] = float("nan") if (arm, seed) == ("b", 1) else 0.4
+            path.write_text(json.dumps(summary))
+    assert main(["claim", str(suite_file)]) == 0
+    out = capsys.readouterr().out
+    assert "| 50.00 ± 0.00 | 60.00 ± 0.00 | 50.00 ± 0.00 | n/a | +10.00" in out
+    assert "| a − b | decides | +3.00 [+0.52, +5.48] (ahead on 3/3) | n/a |" in out
+    assert out.rstrip().endswith("**Claim reproduced**.")
+    suite["primary"], suite["secondary"] = "align", []
+    write_yaml(suite_file, suite)
+    assert main(["claim", str(suite_file)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"fedssl: error: {tmp_path / 'runs' / 'b' / 'seed_1'}: summary.json: expected final.align "
+                            f"(the suite's primary metric), a finite number, got nan\n")
+
+
 def test_arms_restricts_the_runs_and_the_table_to_the_named_arms(tmp_path, synthetic_raw, capsys, monkeypatch):
     import simulator.run
     started = []

@@ -1,4 +1,6 @@
 """Learning curves of finished runs: mean ± std over seeds per round, Parquet and PNGs read back."""
+import math
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -123,3 +125,14 @@ def test_report_plot_refuses_a_folder_that_holds_files_and_a_file(tmp_path, caps
     empty.mkdir()
     assert main(["report", *dirs, "--plot", str(empty), "--metric", "train/loss"]) == 0
     assert (empty / "curves.parquet").exists()
+
+
+def test_a_nan_logged_by_one_seed_is_a_nan_point_not_an_error(tmp_path):
+    """The alignment of NaN features is NaN: that round's mean and std are NaN (statistics.stdev raises on one)."""
+    a0, a1 = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7)
+    write_metrics(a0, [(0, "eval/align", 0.50), (2, "eval/align", float("nan"))])
+    write_metrics(a1, [(0, "eval/align", 0.70), (2, "eval/align", 0.40)])
+    rows = learning_curves([read_run(d) for d in (a0, a1)], ("eval/align",))
+    assert [r["round"] for r in rows] == [0, 2]
+    assert rows[0]["mean"] == pytest.approx(0.60) and rows[0]["std"] == pytest.approx(0.2 / 2 ** 0.5)
+    assert math.isnan(rows[1]["mean"]) and math.isnan(rows[1]["std"])

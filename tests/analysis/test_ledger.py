@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.ledger import (History, against_margin, differences, ledger, match_runs, on_gpu,
-                             self_supervised_fashion_mnist)
-from analysis.report import parse_margins, t_interval
+from analysis.ledger import (History, LedgerRun, against_margin, differences, gains, ledger, match_runs, on_gpu,
+                             seed_gains, self_supervised_fashion_mnist)
+from analysis.report import LEARNING_MARGINS, parse_margins, t_interval
 from simulator.cli import main
 from simulator.scenario import load_scenario
 
@@ -244,6 +244,25 @@ def test_an_interval_touching_the_margin_lies_above_at_its_low_end_and_across_at
     assert against_margin([5.0, 6.0, 7.0], low) == ("+6.00 [+3.52, +8.48]", "above")
     assert against_margin([5.0, 6.0, 7.0], high) == ("+6.00 [+3.52, +8.48]", "straddles")
     assert against_margin([5.0, 6.0, 7.0], high + 1e-9) == ("+6.00 [+3.52, +8.48]", "below")
+
+
+def test_a_seeds_gain_is_the_mean_of_its_runs_rounded_as_one_runs_gain_is():
+    """Three runs of one seed gaining 3.59, 4.47 and 3.94 points gain 4 on average; floating point's mean
+    is 3.9999999999999996, which would put three such seeds below a margin of 4 while printing +4.00."""
+    assert (3.59 + 4.47 + 3.94) / 3 < 4
+
+    def run(seed, final):
+        return LedgerRun("s.yaml", "current", {"seed": seed, "initial": {"linear_top1": 0.5},
+                                                "final": {"linear_top1": final}})
+    runs = [run(seed, 0.5 + gain / 100) for seed in (1, 2, 3) for gain in (3.59, 4.47, 3.94)]
+    assert seed_gains(runs, "linear_top1") == [4.0, 4.0, 4.0]
+    assert against_margin(seed_gains(runs, "linear_top1"), 4.0) == ("+4.00 [+4.00, +4.00]", "above")
+
+
+def test_a_gain_just_below_a_margin_is_printed_below_it():
+    missed = {"seed": 7, "initial": {"knn_top1": 0.5, "linear_top1": 0.6},
+              "final": {"knn_top1": 0.53, "linear_top1": 0.63999}}
+    assert gains(missed, LEARNING_MARGINS) == "probe +3.999, kNN +3.00"
 
 
 def test_bad_input_is_one_line_and_exit_2(history, tmp_path, capsys):

@@ -32,6 +32,11 @@ def test_table_has_mean_std_per_scenario_and_per_seed_rows(tmp_path):
     assert "| a | 1 | 50.00 | 60.00 | 80.00 | 70.00 | 3 | 12 |" in table
 
 
+def test_a_value_that_is_not_a_finite_number_makes_its_cell_n_a():
+    assert mean_std([0.5, float("nan"), 0.4]) == "n/a" and mean_std([float("inf")]) == "n/a"
+    assert mean_std([0.5, 0.4]) == "45.00 ± 7.07"
+
+
 def test_unfinished_run_is_an_error(tmp_path, capsys):
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "scenario.yaml").write_text(yaml.safe_dump({"name": "a", "seed": 0}))
@@ -355,6 +360,10 @@ def test_learning_table_gives_each_runs_gain_over_its_round_0_and_whether_it_cle
     exact = {"initial": {"knn_top1": 0.0003, "linear_top1": 0.5006}, "final": {"knn_top1": 0.0203, "linear_top1": 0.5406}}
     assert 100 * (0.0203 - 0.0003) < 2 and 100 * (0.5406 - 0.5006) < 4
     assert learning_table([{**runs[0], **exact}], LEARNING_MARGINS).count("clears the margins") == 1
+    # a gain just below a margin is not printed as reaching it (+3.999 rounds to +4.00)
+    short = {"initial": {"knn_top1": 0.5, "linear_top1": 0.6}, "final": {"knn_top1": 0.53, "linear_top1": 0.63999}}
+    assert "| a | 0 | +3.00 | +3.999 | **below the margin** on linear_top1 (+3.999 < +4) |" in \
+        learning_table([{**runs[0], **short}], LEARNING_MARGINS)
     # the probe's margin decides too: +10 is below a margin of 11
     assert "**below the margin** on linear_top1 (+10.00 < +11)" in learning_table(runs[:1], {"linear_top1": 11.0})
     # fedssl report prints it, with margins of the user's
