@@ -18,7 +18,8 @@ that first round (one module object), so its EMA does nothing and the target equ
 networks throughout; here the target is a copy that follows BYOL's EMA from there.
 
 Further differences from the reference (see also :mod:`methods.fedavg`'s list: BYOL's loss is half
-the reference's sum, an incomplete last batch is kept unless ``training.drop_last``):
+the reference's sum, the heads' widths, the augmentation, an incomplete last batch is kept unless
+``training.drop_last``):
 
 * The divergence takes every 4-d kernel of the online encoder; the reference takes the parameters
   whose name contains ``conv``, which leaves out a ResNet's 1x1 shortcut convolutions (the same set
@@ -28,7 +29,8 @@ the reference's sum, an incomplete last batch is kept unless ``training.drop_las
   keeps its own. FedEMA's predictor takes the server's statistics; the reference's takes the
   client's when ``mu > 0.5`` (they are used by neither training, in train mode, nor evaluation).
 
-Heads as the reference (EasyFL's ``MLP``: Linear, BatchNorm1d, ReLU, Linear) only with
+Heads of the reference's layers (EasyFL's ``MLP``: Linear, BatchNorm1d, ReLU, Linear; 4096 -> 2048 wide
+there, ``model.hidden_dim`` / ``model.projector_dim`` here) only with
 ``model.head_norm: batch``, which the shipped FedU and FedEMA scenarios set; the key's default
 (``none``) keeps earlier runs reproducible. Without it BYOL did not learn on Fashion-MNIST here
 (``results/regime.md``: ``byol_dir05_s100`` against ``byol_dir05_bn_s100``).

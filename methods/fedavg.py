@@ -29,24 +29,34 @@ Differences from EasyFL's ``applications/fedssl``, the reference code of the Fed
 (FedU's and FedEMA's own: :mod:`methods.divergence_aware`):
 
 * FedAvg + BYOL shares the target as above. EasyFL's FedBYOL (``--update_encoder online
-  --update_predictor global``) keeps each client's own target (its server averages the targets but
-  never sends them back); that rule is FedU's with a ``dapu_threshold`` above every divergence (e.g.
+  --update_predictor global``) trains each client's own target (its server averages the targets and
+  sends the average with the model, but a client keeps training the target it had, ``client.py``);
+  that rule is FedU's with a ``dapu_threshold`` above every divergence (e.g.
   ``method: {name: fedu, dapu_threshold: 1.0e9}``: global online networks, the client's own target).
 * BYOL's loss is the mean of its two directions (:func:`methods.losses.byol.byol_loss`), half of
   EasyFL's (and the BYOL paper's) sum: with SGD, lr ``a`` and weight decay ``b`` here take EasyFL's
   steps at lr ``a / 2`` and weight decay ``2 b``.
-* SimCLR: EasyFL's temperature is 0.07 and its projector has a hidden BatchNorm, its heads 4096 ->
-  2048 wide; here ``temperature`` (default 0.5; the SimCLR scenarios set 0.2, a choice of this
-  simulator, except ``scaling/benchmark.yaml``, a cost study at the default), a hidden BatchNorm
-  only with ``model.head_norm: batch``, widths ``model.hidden_dim`` /
-  ``model.projector_dim`` (512 / 128 by default), CPU-scale choices.
-* Colour jitter: the simulator's default brightness / contrast strength is 0.4, that of the BYOL and
-  SimSiam augmentations (and of the FedSC reference's, whose spectral loss ``fedavg/spectral.yaml``
-  runs); SimCLR's is 0.8 (s = 1). The Fashion-MNIST scenarios ``quickstart.yaml``,
+* Heads: EasyFL's projectors (and BYOL's and SimSiam's predictors) are 4096 -> 2048 wide with a hidden
+  BatchNorm; here widths ``model.hidden_dim`` / ``model.projector_dim`` (512 / 128 by default) and a
+  hidden BatchNorm only with ``model.head_norm: batch``, CPU-scale choices.
+* SimCLR: EasyFL's temperature is 0.07; here ``temperature`` (default 0.5; the SimCLR scenarios set
+  0.2, a choice of this simulator, except ``scaling/benchmark.yaml``, a cost study at the default).
+  EasyFL's SimCLR passes both views through its networks as one batch of 2N images, so a BatchNorm
+  normalises over both; here each view is a pass of its own (N images), as EasyFL's BYOL and SimSiam
+  do. The same without BatchNorm; no shipped SimCLR scenario has one (``model.norm`` /
+  ``model.head_norm: batch``).
+* Augmentation: EasyFL's, for every baseline (``transform.py``, SimCLR's at s = 1), jitters
+  brightness, contrast and saturation by 0.8 and hue by 0.2 (with probability 0.8), crops 8-100% of
+  the area and turns an image gray with probability 0.2. The simulator's defaults are milder
+  (:class:`simulator.augment.AugmentConfig`): jitter 0.4, that of the BYOL and SimSiam papers'
+  augmentations (and of the FedSC reference's, whose spectral loss ``fedavg/spectral.yaml`` runs),
+  no hue, crops of 35-100%, no grayscale. The Fashion-MNIST scenarios ``quickstart.yaml``,
   ``cross_device.yaml`` and ``fedavg/{simclr,federated_simclr_adam,simsiam,fedu,spectral}.yaml`` set
-  0.8 whatever the objective, chosen by measurement (``results/regime.md``: with 0.4 each missed a
-  learning margin on some seed, with 0.8 each cleared on the seeds of its shipping protocol);
-  ``augment.brightness=0.4``, ``augment.contrast=0.4`` restore the papers' strength.
+  jitter 0.8 whatever the objective, chosen by measurement (``results/regime.md``: with 0.4 each
+  missed a learning margin on some seed, with 0.8 each cleared on the seeds of its shipping protocol);
+  ``augment.brightness=0.4``, ``augment.contrast=0.4`` restore the papers' strength, and with 0.8,
+  ``augment.crop_scale=[0.08,1.0]`` and ``augment.grayscale_prob=0.2`` give EasyFL's (on grayscale
+  Fashion-MNIST only brightness, contrast and the crop act; hue is not implemented).
 * An epoch's last, incomplete batch is trained on (a batch of one sample skipped); EasyFL's loaders
   drop it, which ``training.drop_last: true`` restores. With BatchNorm heads a last batch of a few
   samples is normalised over those few.
