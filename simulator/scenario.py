@@ -87,6 +87,9 @@ NON_NEGATIVE = {"seed", "training.momentum", "training.weight_decay", "training.
 # Floats that training or evaluation makes tensors of (float32): a larger one is an error, not torch's overflow.
 FLOAT32 = {"training.lr", "training.weight_decay", "augment.brightness", "augment.contrast", "augment.saturation",
            "eval.knn_temperature", "eval.finetune_lr"}
+# The kNN monitor weighs a neighbour by exp(cosine similarity / T) in float32: below this T, exp(1 / T) is
+# infinite and every near neighbour's vote ties at infinity (float32's largest exponent is 88.72).
+KNN_MIN_TEMPERATURE = 0.0113
 PROBABILITIES = {"population.dropout", "population.availability", "augment.flip_prob", "augment.jitter_prob",
                  "augment.grayscale_prob"}
 
@@ -323,6 +326,10 @@ def check_values(scenario: dict, source: str) -> None:
             raise ScenarioError(source, key, f"expected a non-negative number, got {value!r}")
         if key in PROBABILITIES and not 0 <= value <= 1:
             raise ScenarioError(source, key, f"expected a probability in [0, 1], got {value!r}")
+    if scenario["eval"]["knn_temperature"] < KNN_MIN_TEMPERATURE:
+        raise ScenarioError(source, "eval.knn_temperature",
+                            f"expected at least {KNN_MIN_TEMPERATURE} (the kNN vote weighs a neighbour by "
+                            f"exp(similarity / T), infinite in float32 below it), got {scenario['eval']['knn_temperature']!r}")
     if "/" in scenario["name"] or "\0" in scenario["name"]:
         raise ScenarioError(source, "name", f"expected a name without '/' or NUL (it names the run directory "
                                             f"inside output.dir), got {scenario['name']!r}")

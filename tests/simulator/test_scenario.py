@@ -51,6 +51,8 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"method": {"no_such_key": 10}}, "method.no_such_key", "unknown key"),
     ({"method": {"server_lr": 0}}, "method.server_lr", "expected a positive number, got 0"),
     ({"eval": {"knn_temperature": 0}}, "eval.knn_temperature", "expected a positive number, got 0"),
+    ({"eval": {"knn_temperature": 0.01}}, "eval.knn_temperature", "expected at least 0.0113 (the kNN vote weighs a "
+     "neighbour by exp(similarity / T), infinite in float32 below it), got 0.01"),
     ({"method": {"server_betas": [0.9]}}, "method.server_betas", "expected two numbers in [0, 1)"),
     ({"method": {"server_betas": [0.9, 1.0]}}, "method.server_betas", "expected two numbers in [0, 1)"),
     ({"method": {"server_eps": 0}}, "method.server_eps", "expected a positive number, got 0"),

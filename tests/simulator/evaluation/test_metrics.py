@@ -5,6 +5,7 @@ from torch import nn
 
 from simulator.evaluation.metrics import (extract_features, finetune, finetune_top1, knn_top1, label_subset, linear_probe_top1,
                                          zero_linear)
+from simulator.scenario import KNN_MIN_TEMPERATURE
 
 
 def tiny_encoder() -> nn.Module:
@@ -56,6 +57,16 @@ def test_knn_weighting_decides_the_vote():
     query = torch.tensor([[1.0, 0.0]])
     assert knn_top1(bank, bank_labels, query, torch.tensor([0]), 2, k=3, temperature=0.1) == 1.0
     assert knn_top1(bank, bank_labels, query, torch.tensor([1]), 2, k=3, temperature=10.0) == 1.0
+
+
+def test_the_smallest_temperature_a_scenario_may_set_keeps_the_votes_finite():
+    """Query (1, 0); class 1 one neighbour at cos 1, class 0 two at cos 0.99: class 1 wins by
+    e^(0.01 / T) > 2 at any T below 0.0144. At T = 0.01 both votes are float32's infinity and the tie
+    goes to class 0; at the least temperature a scenario may set (0.0113) the weights are finite."""
+    bank = torch.tensor([[1.0, 0.0], [0.99, 0.141], [0.99, -0.141]])
+    bank_labels, query, truth = torch.tensor([1, 0, 0]), torch.tensor([[1.0, 0.0]]), torch.tensor([1])
+    assert knn_top1(bank, bank_labels, query, truth, 2, k=3, temperature=KNN_MIN_TEMPERATURE) == 1.0
+    assert knn_top1(bank, bank_labels, query, truth, 2, k=3, temperature=0.01) == 0.0
 
 
 def test_knn_clips_k_to_bank_size_and_ignores_chunking():
