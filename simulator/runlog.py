@@ -96,8 +96,10 @@ def load_recorded_scenario(run_dir: Path, overrides: list[str] = ()) -> dict[str
 
 
 def check_directory_path(path: str | Path, option: str) -> None:
-    """Raise ``FileExistsError`` if ``path`` (given as ``option``) cannot be a directory: it, or the
-    nearest of its parents that exists, is a file."""
+    """Raise ``FileExistsError`` if ``path`` (given as ``option``) cannot be a directory fedssl writes in:
+    it, or the nearest of its parents that exists, is a file or a directory this user cannot write in,
+    or a name it would create is longer than the file system allows."""
+    check_name_lengths(Path(path).parts, option)  # first: stat fails on a name the file system does not take
     if Path(path).is_symlink() and not Path(path).exists():
         raise FileExistsError(f"{path}: is a symbolic link to a missing path; expected a directory for {option}")
     existing = Path(path)
@@ -106,6 +108,21 @@ def check_directory_path(path: str | Path, option: str) -> None:
     if existing.exists() and not existing.is_dir():
         where = "is a file" if existing == Path(path) else f"lies under the file {existing}"
         raise FileExistsError(f"{path}: {where}; expected a directory for {option}")
+    if existing.exists() and not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == Path(path) else f"lies under {existing}, which "
+        raise FileExistsError(f"{path}: {where}is a directory this user cannot write in; expected a directory "
+                              f"fedssl can create files in, for {option}")
+
+
+LONGEST_NAME = 255  # bytes: the longest file name of Linux's common file systems (ext4, xfs, btrfs, tmpfs)
+
+
+def check_name_lengths(names: tuple[str, ...], option: str) -> None:
+    """Raise ``FileExistsError`` if one of ``names`` (a path's parts) is longer than a file name can be."""
+    for name in names:
+        if len(os.fsencode(name)) > LONGEST_NAME:
+            raise FileExistsError(f"{option}: a name of {len(os.fsencode(name))} bytes ({name[:20]}...); "
+                                  f"expected at most {LONGEST_NAME}, the longest file name file systems take")
 
 
 def check_out(out: str | Path, option: str = "--out") -> None:
@@ -117,21 +134,29 @@ def check_out(out: str | Path, option: str = "--out") -> None:
 
 
 def new_run_dir(out: str | None, scenario: dict) -> Path:
-    """``out`` if given (it must not hold files), else ``<output.dir>/<name>-<timestamp>``."""
-    if out is None:  # the first free name, taken by mkdir itself: two runs started at once get two
-        base = Path(scenario["output"]["dir"]) / f"{scenario['name']}-{datetime.now():%Y%m%d-%H%M%S}"
-        base.parent.mkdir(parents=True, exist_ok=True)
-        run_dir, n = base, 1
-        while True:
-            try:
-                run_dir.mkdir()
-                break
-            except FileExistsError:
-                run_dir, n = base.with_name(f"{base.name}-{n}"), n + 1
-    else:
-        check_out(out)
-        run_dir = Path(out)
-        run_dir.mkdir(parents=True, exist_ok=True)
+    """``out`` if given (it must not hold files), else ``<output.dir>/<name>-<timestamp>``; a directory
+    the system refuses to create (``/proc/x``, whatever the checks before saw) raises ``FileExistsError``
+    with one line."""
+    try:
+        if out is None:  # the first free name, taken by mkdir itself: two runs started at once get two
+            base = Path(scenario["output"]["dir"]) / f"{scenario['name']}-{datetime.now():%Y%m%d-%H%M%S}"
+            base.parent.mkdir(parents=True, exist_ok=True)
+            run_dir, n = base, 1
+            while True:
+                try:
+                    run_dir.mkdir()
+                    break
+                except FileExistsError:
+                    run_dir, n = base.with_name(f"{base.name}-{n}"), n + 1
+        else:
+            check_out(out)
+            run_dir = Path(out)
+            run_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise
+    except OSError as err:
+        raise FileExistsError(f"{err.filename}: cannot create the directory ({err.strerror}); expected a directory "
+                              f"fedssl can create files in, for {'--out' if out else 'output.dir'}") from None
     atomic_write(run_dir / "scenario.yaml",
                  lambda p: p.write_text(yaml.safe_dump(scenario, sort_keys=False)))
     return run_dir

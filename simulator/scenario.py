@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import os
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ NON_NEGATIVE = {"seed", "training.momentum", "training.weight_decay", "training.
 # Floats that training or evaluation makes tensors of (float32): a larger one is an error, not torch's overflow.
 FLOAT32 = {"training.lr", "training.weight_decay", "augment.brightness", "augment.contrast", "augment.saturation",
            "eval.knn_temperature", "eval.finetune_lr"}
+MAX_NAME_BYTES = 200  # a run directory is NAME-YYYYmmdd-HHMMSS[-N]: 255 bytes at most on common file systems
 # The kNN monitor weighs a neighbour by exp(cosine similarity / T) in float32: below this T, exp(1 / T) is
 # infinite and every near neighbour's vote ties at infinity (float32's largest exponent is 88.72).
 KNN_MIN_TEMPERATURE = 0.0113
@@ -170,8 +172,21 @@ def read_yaml(path: str | Path) -> Any:
         return parse_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "-"
-        raise ScenarioError(source, where, f"not valid YAML ({getattr(err, 'problem', err)})") from None
+        position = getattr(err, "position", None)  # a reader's error: a character YAML does not allow
+        where = (f"line {mark.line + 1}" if mark else f"line {text.count(chr(10), 0, position) + 1}"
+                 if position is not None else "-")
+        raise ScenarioError(source, where, f"not valid YAML ({yaml_problem(err)})") from None
+    except RecursionError:
+        raise ScenarioError(source, "-", "not valid YAML here (nested too deeply for the reader); expected a "
+                                         "scenario's few levels of sections and lists") from None
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """The problem a YAML error names, on one line (a reader's error spans two)."""
+    if isinstance(err, yaml.reader.ReaderError):  # its character: a code point (or a byte of bad UTF-8)
+        code = err.character if isinstance(err.character, int) else ord(err.character)
+        return f"{err.reason}: #x{code:04x}"
+    return " ".join(str(getattr(err, "problem", None) or err).split())
 
 
 def load_scenario(path: str | Path, overrides: list[str] = (), overrides_source: str = "--set") -> dict[str, Any]:
@@ -179,7 +194,10 @@ def load_scenario(path: str | Path, overrides: list[str] = (), overrides_source:
     overrides set names ``overrides_source`` (the command line's ``--set``, a claim suite's ``set``)
     in the file's place."""
     source = str(path)
-    raw = read_yaml(path) or {}
+    raw = read_yaml(path)
+    if raw is None:
+        raise ScenarioError(source, "-", "the file holds no YAML document; expected a scenario (a mapping of "
+                                         "sections such as dataset, method, training)")
     if not isinstance(raw, dict):
         raise ScenarioError(source, "-", "expected a mapping of sections at the top level")
     for item in overrides:
@@ -215,8 +233,9 @@ def apply_override(raw: dict, item: str) -> None:
             raise ScenarioError("--set", key, f"{part!r} is not a section")
     try:
         node[parts[-1]] = parse_yaml(value)
-    except yaml.YAMLError as err:
-        raise ScenarioError("--set", key, f"the value is not valid YAML ({getattr(err, 'problem', None) or err}); "
+    except (yaml.YAMLError, RecursionError) as err:
+        problem = yaml_problem(err) if isinstance(err, yaml.YAMLError) else "nested too deeply for the reader"
+        raise ScenarioError("--set", key, f"the value is not valid YAML ({problem}); "
                                           f"expected e.g. 5, 0.1, true, [0.8, 1.0] or a name") from None
 
 
@@ -333,6 +352,10 @@ def check_values(scenario: dict, source: str) -> None:
     if "/" in scenario["name"] or "\0" in scenario["name"]:
         raise ScenarioError(source, "name", f"expected a name without '/' or NUL (it names the run directory "
                                             f"inside output.dir), got {scenario['name']!r}")
+    if len(os.fsencode(scenario["name"])) > MAX_NAME_BYTES:
+        raise ScenarioError(source, "name", f"expected at most {MAX_NAME_BYTES} bytes (with a timestamp it names "
+                                            f"the run directory, and file systems take names of 255), got "
+                                            f"{len(os.fsencode(scenario['name']))}")
     training = scenario["training"]
     if training["batch_size"] < 2:
         raise ScenarioError(source, "training.batch_size",

@@ -99,6 +99,38 @@ def test_an_out_that_holds_files_or_lies_under_a_file_is_refused(tmp_path):
         runlog.check_out(tmp_path / "link")
 
 
+def test_an_out_the_user_cannot_write_in_or_too_long_a_name_is_refused_before_anything_is_written(
+        tmp_path, monkeypatch):
+    """These were tracebacks (PermissionError, OSError: File name too long) once the run had begun. Root
+    may write anywhere, so the user's permission is what ``os.access`` answers, here a read-only one."""
+    (tmp_path / "read-only").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(runlog.os, "access", lambda path, mode: (Path(path).name != "read-only"
+                                                                 and real_access(path, mode)))
+    with pytest.raises(FileExistsError) as err:
+        runlog.check_out(tmp_path / "read-only" / "new" / "run")
+    assert str(err.value) == (f"{tmp_path / 'read-only' / 'new' / 'run'}: lies under {tmp_path / 'read-only'}, "
+                              f"which is a directory this user cannot write in; expected a directory fedssl can "
+                              f"create files in, for --out")
+    with pytest.raises(FileExistsError, match=r"read-only: is a directory this user cannot write in; expected"):
+        runlog.check_directory_path(tmp_path / "read-only", "output.dir")
+    with pytest.raises(FileExistsError) as err:
+        runlog.check_out(tmp_path / ("n" * 256) / "run")
+    assert str(err.value) == ("--out: a name of 256 bytes (nnnnnnnnnnnnnnnnnnnn...); expected at most 255, the "
+                              "longest file name file systems take")
+    runlog.check_out(tmp_path / ("n" * 255))  # the longest name is fine
+    assert sorted(os.listdir(tmp_path)) == ["read-only"]
+
+
+def test_a_run_directory_the_system_refuses_to_create_is_one_line():
+    """/proc takes no new directories, whoever asks (the checks before see a directory root may write in)."""
+    for out, option in (("/proc/fedssl-run", "--out"), (None, "output.dir")):
+        with pytest.raises(FileExistsError) as err:
+            runlog.new_run_dir(out, {"name": "x", "seed": 1, "output": {"dir": "/proc/fedssl-runs"}})
+        assert re.fullmatch(r"/proc/fedssl-runs?[^:]*: cannot create the directory \(No such file or directory\); "
+                            rf"expected a directory fedssl can create files in, for {option}", str(err.value))
+
+
 @pytest.mark.parametrize("recorded", [
     ["name", "seed"], {"seed": 3}, {"name": "x", "seed": "3"}, {"name": "x", "seed": 3.0}, {"name": "x", "seed": True},
 ], ids=["a-list", "no-name", "seed-a-string", "seed-a-float", "seed-a-boolean"])

@@ -51,6 +51,8 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"method": {"no_such_key": 10}}, "method.no_such_key", "unknown key"),
     ({"method": {"server_lr": 0}}, "method.server_lr", "expected a positive number, got 0"),
     ({"eval": {"knn_temperature": 0}}, "eval.knn_temperature", "expected a positive number, got 0"),
+    ({"name": "é" * 101}, "name", "expected at most 200 bytes (with a timestamp it names the run directory, and file "
+     "systems take names of 255), got 202"),
     ({"eval": {"knn_temperature": 0.01}}, "eval.knn_temperature", "expected at least 0.0113 (the kNN vote weighs a "
      "neighbour by exp(similarity / T), infinite in float32 below it), got 0.01"),
     ({"method": {"server_betas": [0.9]}}, "method.server_betas", "expected two numbers in [0, 1)"),
@@ -146,6 +148,29 @@ def test_a_file_that_is_not_utf8_text_is_one_scenario_error(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_scenario(path)
     assert str(err.value) == f"{path}: -: cannot read the file (not UTF-8 text); expected a YAML text file"
+
+
+def test_a_character_yaml_forbids_deep_nesting_and_an_empty_file_are_one_scenario_error_each(tmp_path):
+    """A NUL byte was PyYAML's two-line message without a line; 500 nested lists Python's RecursionError
+    traceback; an empty file ran the defaults' 50-round federation as if it were a scenario."""
+    path = tmp_path / "nul.yaml"
+    path.write_text("name: x\nseed: 1\ntraining: {rounds: 2\0}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}: line 3: not valid YAML (special characters are not allowed: #x0000)"
+    path.write_text("name: " + "[" * 500 + "]" * 500 + "\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == (f"{path}: -: not valid YAML here (nested too deeply for the reader); expected a "
+                              f"scenario's few levels of sections and lists")
+    with pytest.raises(ScenarioError, match="^--set: name: the value is not valid YAML \\(nested too deeply"):
+        load_scenario(write(tmp_path, {}), ["name=" + "[" * 500 + "]" * 500])
+    for text in ("", "# only a comment\n"):
+        path.write_text(text)
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(path)
+        assert str(err.value) == (f"{path}: -: the file holds no YAML document; expected a scenario (a mapping "
+                                  f"of sections such as dataset, method, training)")
 
 
 def test_a_key_written_twice_in_one_mapping_is_an_error_not_a_silent_replacement(tmp_path):
