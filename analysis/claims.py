@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, code_line, learning_table, mean_std,
-                             numerics_line, numerics_notes, paired_difference, pixel_table)
+from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, check_provenance, code_line,
+                             learning_table, mean_std, numerics_line, numerics_notes, paired_difference, pixel_table)
 from simulator.evaluation.monitor import EVALUATED_METRIC
 from simulator.runlog import check_directory_path, read_metrics, read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, fraction_suffix, load_scenario, lookup, read_yaml
@@ -144,8 +144,9 @@ def read_suite(path: str | Path) -> Suite:
         return value
 
     seeds = raw["seeds"]
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+            or len(set(seeds)) != len(seeds)):
         raise ScenarioError(source, "seeds",
                             f"expected a non-empty list of distinct non-negative integers, got {seeds!r}")
     secondary = raw.get("secondary") or []
@@ -295,7 +296,9 @@ def run_states(suite: Suite, scenarios: dict[tuple[str, int], dict], runs_dir: P
                                                              f"one of seed {recorded}; move it away or use another "
                                                              f"--runs-dir")
         if summary.exists():
-            done = read_summary(run_dir).get("rounds_completed")
+            recorded_summary = read_summary(run_dir)
+            check_provenance(summary, recorded_summary)  # here, not after the runs left to run
+            done = recorded_summary.get("rounds_completed")
             if done != scenario["training"]["rounds"]:
                 raise ScenarioError(str(run_dir), "summary.json",
                                     f"expected a run of {scenario['training']['rounds']} rounds (the suite's), "

@@ -36,22 +36,38 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from analysis.claims import differences
 from analysis.report import check_margins, gain_text, learning_verdict, points_over_round0, read_run, t_interval
 from methods.objectives import OBJECTIVES
 from simulator.provenance import git
 from simulator.runlog import read_recorded_scenario
-from simulator.scenario import load_scenario
+from simulator.scenario import ScenarioError, load_scenario
 
 BASELINE = Path("tests/scenarios_baseline.json")
 
 
-def on_gpu(scenario: dict) -> bool:
-    """Whether a run's workers had a GPU."""
-    ray = scenario.get("ray") or {}
+def on_gpu(scenario: dict, source: str = "scenario") -> bool:
+    """Whether a run's workers had a GPU; ``ScenarioError`` naming ``source`` (the run's ``scenario.yaml``)
+    where the ``ray`` keys read here are not of the kinds fedssl run writes."""
+    def mapping(value: Any, key: str) -> dict:
+        if value is not None and not isinstance(value, dict):
+            raise ScenarioError(source, key, f"expected a mapping (the resolved scenario fedssl run writes), "
+                                             f"got {value!r}")
+        return value or {}
+
+    ray = mapping(scenario.get("ray"), "ray")
     pools = ray.get("worker_pools") or []
-    return (ray.get("worker") or {}).get("num_gpus", 0) > 0 or any(p.get("num_gpus", 0) > 0 for p in pools)
+    if not isinstance(pools, list):
+        raise ScenarioError(source, "ray.worker_pools", f"expected a list of pools, got {pools!r}")
+    gpus = {"ray.worker.num_gpus": mapping(ray.get("worker"), "ray.worker").get("num_gpus")}
+    gpus.update({f"ray.worker_pools[{i}].num_gpus": mapping(pool, f"ray.worker_pools[{i}]").get("num_gpus")
+                 for i, pool in enumerate(pools)})
+    for key, count in gpus.items():
+        if count is not None and (isinstance(count, bool) or not isinstance(count, (int, float))):
+            raise ScenarioError(source, key, f"expected a number of GPUs, got {count!r}")
+    return any(count is not None and count > 0 for count in gpus.values())
 
 
 def self_supervised_fashion_mnist(scenarios_dir: Path, repo: Path) -> dict[str, dict]:
@@ -154,6 +170,8 @@ def run_dirs(roots: list[Path]) -> list[Path]:
     """The finished runs under ``roots`` (folders holding ``summary.json`` and ``scenario.yaml``)."""
     found = []
     for root in roots:
+        if root.exists() and not root.is_dir():
+            raise ValueError(f"{root}: is a file; expected a directory of runs")
         if not root.is_dir():
             raise ValueError(f"{root}: no such directory of runs")
         found += [p.parent for p in root.rglob("summary.json") if (p.parent / "scenario.yaml").exists()]
@@ -170,7 +188,7 @@ def match_runs(shipped: dict[str, dict], dirs: list[Path], history: History) -> 
     matched = []
     for run_dir in dirs:
         stored = read_recorded_scenario(run_dir)
-        if on_gpu(stored):
+        if on_gpu(stored, str(run_dir / "scenario.yaml")):
             continue
         for path in by_name.get(stored.get("name"), []):
             if not differences(stored, {**shipped[path], "seed": stored["seed"]}):
@@ -288,6 +306,8 @@ def ledger(run_roots: list[Path], scenarios_dir: Path, margins: dict[str, float]
     """``fedssl ledger``: the tables of :func:`ledger_tables` for the shipped scenarios under
     ``scenarios_dir`` (their paths as the repository holding it names them; the history is that
     repository's, or none outside one) and the runs under ``run_roots``."""
+    if scenarios_dir.exists() and not scenarios_dir.is_dir():
+        raise ValueError(f"{scenarios_dir}: is a file; expected a directory of scenarios")
     if not scenarios_dir.is_dir():
         raise ValueError(f"{scenarios_dir}: no such directory of scenarios")
     top = git(scenarios_dir, "rev-parse", "--show-toplevel")

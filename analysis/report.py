@@ -43,6 +43,8 @@ def columns(runs: list[dict]) -> tuple[tuple[str, str], ...]:
 def read_run(run_dir: Path) -> dict:
     """A run's summary with its scenario name and seed; raises ValueError for an unfinished run."""
     summary_path = run_dir / "summary.json"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: is a file; expected a run directory")
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir}: no such run directory")
     check_run_dir(run_dir)
@@ -64,8 +66,23 @@ def read_run(run_dir: Path) -> dict:
         raise ValueError(f"{summary_path}: rounds_completed: expected a non-negative integer, got {rounds!r}")
     if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall):
         raise ValueError(f"{summary_path}: wall_seconds: expected a number of seconds, got {wall!r}")
+    check_provenance(summary_path, summary)
     return {"dir": str(run_dir), "name": scenario["name"], "seed": scenario["seed"], **summary,
             "groups": final_group_means(run_dir / "metrics.parquet")}
+
+
+RECORDED_LISTS = {"code": "the code of each session, e.g. 'fedssl 0.1.0, git 0123456789ab'",
+                  "numerics": "each process's torch version and CPU instruction set, e.g. 'torch 2.5.1, CPU AVX2'"}
+
+
+def check_provenance(path: Path, summary: dict) -> None:
+    """Raise ``ScenarioError`` naming ``path`` (a ``summary.json``) where its ``code`` or ``numerics`` is
+    there but not a list of strings (what fedssl run records; absent or null in older runs)."""
+    from simulator.scenario import ScenarioError
+    for key, what in RECORDED_LISTS.items():
+        value = summary.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise ScenarioError(str(path), key, f"expected a list of strings ({what}), got {value!r}")
 
 
 def check_metric_values(path: Path, section: str, metrics: dict, required: tuple[str, ...] = ()) -> None:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.report import check_provenance
 from simulator.runlog import read_metrics, read_summary
 
 MACHINE_DEPENDENT = ("time/", "memory/")
@@ -25,12 +26,16 @@ HEADLINE = ("eval/knn_top1", "eval/linear_top1")
 
 def logged_values(run_dir: Path) -> dict[tuple[int, str], float]:
     """The run's logged values by (round, name), the machine-dependent names left out; raises
-    ValueError for a directory without ``metrics.parquet``."""
+    ValueError for a directory without ``metrics.parquet`` or one whose table holds no row."""
     path = run_dir / "metrics.parquet"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: is a file; expected a run directory")
     if not path.exists():
         raise ValueError(f"{run_dir}: no metrics.parquet (expected a run directory whose run has logged a round)")
-    return {(row["round"], row["name"]): row["value"] for row in read_metrics(path)
-            if not row["name"].startswith(MACHINE_DEPENDENT)}
+    rows = read_metrics(path)
+    if not rows:
+        raise ValueError(f"{path}: no value logged (expected a run directory whose run has logged a round)")
+    return {(row["round"], row["name"]): row["value"] for row in rows if not row["name"].startswith(MACHINE_DEPENDENT)}
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,7 @@ def provenance(run_dir: Path) -> str:
     if not path.is_file():
         return "no summary.json (unfinished, or not kept)"
     summary = read_summary(run_dir)
+    check_provenance(path, summary)
     code, numerics = summary.get("code"), summary.get("numerics")
     return (f"code {'; '.join(code) if code else 'not recorded'}, "
             f"numerics {'; '.join(numerics) if numerics else 'not recorded'}")
@@ -95,8 +101,8 @@ def diff_text(run_a: Path, run_b: Path) -> tuple[str, bool]:
     result = diff_runs(a, b)
     lines = [f"A: {run_a}: {headline(a)}; {provenance(run_a)}",
              f"B: {run_b}: {headline(b)}; {provenance(run_b)}",
-             f"rounds 0-{result.last_round}: {result.compared} values compared (time/ and memory/ left out), "
-             f"{len(result.differing)} differ"]
+             (f"rounds 0-{result.last_round}" if result.last_round >= 0 else "no round logged by both runs")
+             + f": {result.compared} values compared (time/ and memory/ left out), {len(result.differing)} differ"]
     if result.differing:
         (round_index, name), value_a, value_b = result.differing[0]
         largest = max(result.differing, key=lambda item: abs(item[1] - item[2]))

@@ -37,10 +37,16 @@ class Deadline:
             hours, minutes, seconds = (int(part or 0) for part in duration.groups())
             try:
                 elapsed = timedelta(hours=hours, minutes=minutes, seconds=seconds).total_seconds()
-                return cls(datetime.fromtimestamp(now.timestamp() + elapsed))  # real time, across a DST change too
+                at = datetime.fromtimestamp(now.timestamp() + elapsed)  # real time, across a DST change too
             except (OverflowError, ValueError, OSError):  # past the calendar's last day (year 9999)
                 raise ScenarioError("fedssl claim", "--until", f"expected a duration that ends before the year "
                                                                f"10000, got {text!r}") from None
+            if elapsed > threading.TIMEOUT_MAX:  # stop_at's timer could not wait that long (OverflowError)
+                raise ScenarioError("fedssl claim", "--until", f"expected a duration of at most "
+                                                               f"{int(threading.TIMEOUT_MAX // 3600)} hours (the "
+                                                               f"longest wait this platform's timers take), "
+                                                               f"got {text!r}")
+            return cls(at)
         raise ScenarioError("fedssl claim", "--until", f"expected a clock time HH:MM (its next occurrence) or "
                                                        f"+DURATION such as +45m or +2h30m, got {text!r}")
 

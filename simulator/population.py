@@ -62,15 +62,27 @@ class RoundPlan:
                 "time/simulated_round_seconds": self.simulated_seconds}
 
 
-def read_trace(path: str) -> tuple[frozenset[int], ...]:
-    """Online clients per round from a ``round,client`` CSV (rounds 0..R-1 of the trace); read once
-    per version of the file (a trace edited between the runs of a sweep or a claim is read again)."""
+@dataclass(frozen=True)
+class AvailabilityTrace:
+    """The online clients of rounds 0..``length``-1 of a trace (rounds it lists no client in are absent
+    from ``online``: a round number as large as a timestamp costs nothing), repeated over the run."""
+
+    length: int
+    online: Mapping[int, frozenset[int]]
+
+    def online_at(self, round_index: int) -> frozenset[int]:
+        return self.online.get(round_index % self.length, frozenset())
+
+
+def read_trace(path: str) -> AvailabilityTrace:
+    """Online clients per round from a ``round,client`` CSV; read once per version of the file (a
+    trace edited between the runs of a sweep or a claim is read again)."""
     status = os.stat(path)
     return read_trace_version(path, status.st_mtime_ns, status.st_size)
 
 
 @lru_cache(maxsize=8)
-def read_trace_version(path: str, mtime_ns: int, size: int) -> tuple[frozenset[int], ...]:
+def read_trace_version(path: str, mtime_ns: int, size: int) -> AvailabilityTrace:
     """:func:`read_trace` of the file as it is at ``mtime_ns`` and ``size`` (the cache's key)."""
     online: dict[int, set[int]] = {}
     with open(path, newline="") as f:
@@ -80,7 +92,7 @@ def read_trace_version(path: str, mtime_ns: int, size: int) -> tuple[frozenset[i
         raise ValueError(f"{path}: availability trace has no rows (expected columns round,client)")
     if min(online) < 0:
         raise ValueError(f"{path}: round {min(online)} is negative")
-    return tuple(frozenset(online.get(r, ())) for r in range(max(online) + 1))
+    return AvailabilityTrace(max(online) + 1, {r: frozenset(clients) for r, clients in online.items()})
 
 
 class Population:
@@ -139,7 +151,7 @@ class Population:
         """The ids online in round ``round_index`` (sorted): the trace's, or each client with its
         probability, drawn from (seed, round) apart from the cohort's draws."""
         if self.trace is not None:
-            return np.array(sorted(self.trace[round_index % len(self.trace)]), dtype=np.int64)
+            return np.array(sorted(self.trace.online_at(round_index)), dtype=np.int64)
         draws = np.random.default_rng(derive_seed(self.seed, round_index, "online")).random(len(self.sizes))
         return np.flatnonzero(draws < self.online_probability(round_index))
 

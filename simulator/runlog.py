@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import time
 import zipfile
@@ -270,23 +271,33 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     atomic_write(run_dir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
 
 
-def load_written(path: Path, what: str) -> Any:
+def load_written(path: Path, what: str, weights_only: bool = True) -> Any:
     """``torch.load`` of a file ``fedssl run`` wrote (``what`` it is); ``ScenarioError`` naming the file
-    where it cannot be read as one (``OSError`` where it cannot be read at all)."""
+    where it cannot be read as one (``OSError`` where it cannot be read at all). ``weights_only``: tensors
+    and plain data only, so a crafted file runs no code (a checkpoint's ``state.pt``); a client state is
+    whatever its method keeps (:mod:`simulator.client_store`), a full pickle: resume only runs you trust."""
     from simulator.scenario import ScenarioError
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=weights_only)
     except OSError:
         raise
     except Exception as err:  # a damaged pickle fails in many ways (RuntimeError, EOFError, ImportError, ...)
-        raise ScenarioError(str(path), "-", f"cannot be read ({err}); expected {what} written by fedssl run") from None
+        raise ScenarioError(str(path), "-", f"cannot be read ({unreadable(err)}); expected {what} written by "
+                                            f"fedssl run") from None
+
+
+def unreadable(err: Exception) -> str:
+    """Why ``torch.load`` could not read a file, on one line."""
+    if isinstance(err, pickle.UnpicklingError):  # torch's weights-only reader: an object it does not load
+        return "it holds objects other than tensors and plain data, which fedssl never loads"
+    return " ".join(str(err).split("\n")[0].split()) or type(err).__name__
 
 
 def read_client_state(checkpoint: Path, client_id: int) -> Any:
     """Client ``client_id``'s state in ``checkpoint`` (None where it has none), read as
     :func:`load_written` reads."""
     path = checkpoint / "client_state" / f"client_{client_id:06d}.pt"
-    return load_written(path, "a client state") if path.exists() else None
+    return load_written(path, "a client state", weights_only=False) if path.exists() else None
 
 
 def check_client_states(checkpoint: Path) -> None:

@@ -394,13 +394,13 @@ def check_trace(path: str, num_clients: int, source: str) -> None:
     from simulator.population import read_trace
     key = "population.availability_trace"
     try:
-        rounds = read_trace(str(Path(path).expanduser()))
+        trace = read_trace(str(Path(path).expanduser()))
     except OSError as err:
         raise ScenarioError(source, key, f"cannot read {path}: {err.strerror or err}") from None
     except (ValueError, KeyError, TypeError) as err:
         raise ScenarioError(source, key, f"expected a CSV with columns round,client of non-negative integers, "
                                          f"got {path} ({err})") from None
-    outside = sorted(c for online in rounds for c in online if not 0 <= c < num_clients)
+    outside = sorted(c for online in trace.online.values() for c in online if not 0 <= c < num_clients)
     if outside:
         raise ScenarioError(source, key, f"expected client ids in [0, {num_clients}) (population.num_clients), "
                                          f"got {outside[0]} in {path}")

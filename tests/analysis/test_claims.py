@@ -496,6 +496,8 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
     cases = [
         ({"colour": 1}, "colour: unknown key; expected one of claim, paper, seeds"),
         ({"seeds": [0, 0]}, "seeds: expected a non-empty list of distinct non-negative integers, got [0, 0]"),
+        ({"seeds": [[0], 1]}, "seeds: expected a non-empty list of distinct non-negative integers, got [[0], 1]"),
+        ({"seeds": [{"a": 1}]}, "seeds: expected a non-empty list of distinct non-negative integers, got [{'a': 1}]"),
         ({"primary": None}, "primary: expected a metric the evaluation gives"),
         ({"comparisons": [{"arm": "a", "baseline": "z", "direction": "greater"}]},
          "comparisons[0].baseline: expected one of the arms a, b, got 'z'"),
@@ -571,6 +573,23 @@ def test_a_damaged_kept_run_is_one_line_naming_its_file_before_anything_runs(tmp
     assert main(["claim", str(suite), *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"fedssl: error: {run_dir / expected}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("key, value", [("code", 5), ("numerics", 5), ("numerics", ["torch 2.14.1", 3])])
+@pytest.mark.parametrize("extra", [[], ["--no-run"]])
+def test_a_kept_runs_code_or_numerics_of_the_wrong_type_is_one_line_before_anything_runs(
+        tmp_path, synthetic_raw, capsys, monkeypatch, key, value, extra):
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    path = tmp_path / "runs" / "b" / "seed_1" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    (tmp_path / "runs" / "a" / "seed_2" / "summary.json").unlink()  # a run to resume, were the check late
+    assert main(["claim", str(suite), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {path}: {key}: expected a list of strings (") and err.count("\n") == 1, err
+    assert err.endswith(f"got {value!r}\n"), err
 
 
 def test_a_runs_dir_that_is_a_file_is_one_line_before_anything_runs(tmp_path, synthetic_raw, capsys):

@@ -282,6 +282,51 @@ def test_bad_input_is_one_line_and_exit_2(history, tmp_path, capsys):
                                        f"scenario fedssl run writes (a mapping with name and seed)\n")
 
 
+def test_a_path_that_is_a_file_is_said_to_be_one(history, tmp_path, capsys):
+    repo, _ = history
+    afile = tmp_path / "notes.txt"
+    afile.write_text("data")
+    assert main(["ledger", str(afile), "--scenarios", str(repo / "scenarios")]) == 2
+    assert capsys.readouterr().err == f"fedssl: error: {afile}: is a file; expected a directory of runs\n"
+    assert main(["ledger", str(tmp_path), "--scenarios", str(afile)]) == 2
+    assert capsys.readouterr().err == f"fedssl: error: {afile}: is a file; expected a directory of scenarios\n"
+    assert afile.read_text() == "data"
+
+
+@pytest.mark.parametrize("change, key, expected", [
+    (lambda s: s.update(ray=5), "ray", "expected a mapping (the resolved scenario fedssl run writes), got 5"),
+    (lambda s: s["ray"].update(worker=[1]), "ray.worker", "expected a mapping (the resolved scenario fedssl run "
+                                                          "writes), got [1]"),
+    (lambda s: s["ray"]["worker"].update(num_gpus="x"), "ray.worker.num_gpus", "expected a number of GPUs, got 'x'"),
+    (lambda s: s["ray"].update(worker_pools=5), "ray.worker_pools", "expected a list of pools, got 5"),
+    (lambda s: s["ray"].update(worker_pools=["a"]), "ray.worker_pools[0]", "expected a mapping (the resolved "
+                                                                          "scenario fedssl run writes), got 'a'"),
+    (lambda s: s["ray"].update(worker_pools=[{"num_gpus": True}]), "ray.worker_pools[0].num_gpus",
+     "expected a number of GPUs, got True"),
+])
+def test_a_kept_runs_ray_section_of_the_wrong_kind_is_one_line_naming_the_key(history, tmp_path, capsys, change,
+                                                                             key, expected):
+    repo, c = history
+    scenario = load_scenario(repo / "scenarios/quickstart.yaml", ["seed=1"])
+    change(scenario)
+    write_run(tmp_path / "runs", "r", scenario, 5.0, 3.0, code(c["c5"]))
+    assert main(["ledger", str(tmp_path / "runs"), "--scenarios", str(repo / "scenarios")]) == 2
+    assert capsys.readouterr().err == f"fedssl: error: {tmp_path / 'runs' / 'r' / 'scenario.yaml'}: {key}: {expected}\n"
+
+
+@pytest.mark.parametrize("key, value", [("code", 5), ("code", [1, 2]), ("numerics", 5)])
+def test_a_kept_runs_code_or_numerics_of_the_wrong_type_is_one_line(history, tmp_path, capsys, key, value):
+    repo, c = history
+    write_run(tmp_path / "runs", "r", load_scenario(repo / "scenarios/quickstart.yaml", ["seed=1"]), 5.0, 3.0,
+              code(c["c5"]))
+    path = tmp_path / "runs" / "r" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    assert main(["ledger", str(tmp_path / "runs"), "--scenarios", str(repo / "scenarios")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {path}: {key}: expected a list of strings (") and err.count("\n") == 1, err
+    assert err.endswith(f"got {value!r}\n"), err
+
+
 def test_outside_a_repository_every_run_is_of_unknown_code(history, tmp_path):
     repo, c = history
     plain = tmp_path / "plain"

@@ -106,6 +106,32 @@ def test_a_damaged_run_file_is_one_line_naming_it_in_report_and_diff(tmp_path, c
         assert err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("key, value", [("code", 5), ("code", [1, 2]), ("code", "fedssl 0.1.0"), ("numerics", 5),
+                                        ("numerics", {"torch": "2.14.1"})])
+def test_a_code_or_numerics_that_is_not_a_list_of_strings_is_one_line_in_report_and_diff(tmp_path, capsys, key,
+                                                                                         value):
+    good, run_dir = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7)
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    for each in (good, run_dir):
+        write_metrics(each, [(0, "eval/knn_top1", 0.5)])
+    for argv in (["report", str(run_dir)], ["diff", str(good), str(run_dir)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedssl: error: {path}: {key}: expected a list of strings ("), err
+        assert err.endswith(f"got {value!r}\n") and err.count("\n") == 1, err
+
+
+def test_a_run_directory_that_is_a_file_is_said_to_be_one_in_report_and_diff(tmp_path, capsys):
+    afile, good = tmp_path / "notes.txt", fake_run(tmp_path, "a", 0, 0.7)
+    afile.write_text("data")
+    write_metrics(good, [(0, "eval/knn_top1", 0.5)])
+    for argv in (["report", str(afile)], ["diff", str(good), str(afile)], ["diff", str(afile), str(good)]):
+        assert main(argv) == 2, argv
+        assert capsys.readouterr().err == f"fedssl: error: {afile}: is a file; expected a run directory\n", argv
+    assert afile.read_text() == "data"
+
+
 @pytest.mark.parametrize("damage, expected", [
     (lambda path: pq.write_table(pa.table({"a": [1]}), path),
      "round: expected the metrics table fedssl run writes (columns round, name, value); found the columns a (int64)"),

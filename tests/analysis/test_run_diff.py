@@ -113,6 +113,28 @@ def test_two_runs_that_share_no_logged_value_have_nothing_to_compare_and_do_not_
     assert out.endswith("\nnothing to compare: the runs share no logged value\n") and "bitwise" not in out
 
 
+def test_a_metrics_table_without_a_row_is_one_error_line_naming_it(tmp_path, capsys):
+    good, empty = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "a", 1, 0.7)
+    write_metrics(good, [(0, "eval/knn_top1", 0.5)])
+    pq.write_table(pa.table({"round": pa.array([], pa.int32()), "name": pa.array([], pa.string()),
+                             "value": pa.array([], pa.float64())}), empty / "metrics.parquet")
+    for argv in (["diff", str(good), str(empty)], ["diff", str(empty), str(good)]):
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        assert captured.err == (f"fedssl: error: {empty / 'metrics.parquet'}: no value logged (expected a run "
+                                f"directory whose run has logged a round)\n") and captured.out == "", argv
+
+
+def test_runs_that_log_no_round_in_common_say_so_not_rounds_0_to_minus_1(tmp_path, capsys):
+    a, b = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "b", 0, 0.7)
+    write_metrics(a, [(0, "eval/knn_top1", 0.5)])
+    write_metrics(b, [(0, "time/round_seconds", 2.0)])  # machine-dependent: left out, nothing of B is compared
+    assert main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "\nno round logged by both runs: 0 values compared" in out and "-1" not in out, out
+    assert out.endswith("\nnothing to compare: the runs share no logged value\n")
+
+
 def test_a_nan_in_a_against_a_number_in_b_differs(tmp_path, capsys):
     key = (1, "eval/knn_top1")
     a, b = {(0, "eval/knn_top1"): 0.5, key: float("nan")}, {(0, "eval/knn_top1"): 0.5, key: 0.6}

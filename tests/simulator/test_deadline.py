@@ -1,4 +1,5 @@
 """``--until``: the deadline's two spellings, and the alarm that stops a block at it."""
+import threading
 import time
 from datetime import datetime, timedelta
 
@@ -131,3 +132,26 @@ def test_a_duration_past_the_calendar_is_one_line(text, tmp_path, capsys):
     assert main(["claim", str(tmp_path / "absent.yaml"), "--until", text]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("fedssl: error: fedssl claim: --until: expected a duration"), err
+
+
+@pytest.mark.parametrize("text", ["+2600000h", "+2562048h", "+2562047h48m"])
+def test_a_duration_longer_than_the_platforms_timers_wait_is_one_line(text, tmp_path, capsys):
+    """Past ``threading.TIMEOUT_MAX`` seconds (about 292 years on Linux) the alarm's timer thread fails."""
+    hours = int(threading.TIMEOUT_MAX // 3600)
+    with pytest.raises(ScenarioError) as err:
+        Deadline.parse(text, NOW)
+    assert str(err.value) == (f"fedssl claim: --until: expected a duration of at most {hours} hours (the longest "
+                              f"wait this platform's timers take), got {text!r}")
+    assert main(["claim", str(tmp_path / "absent.yaml"), "--until", text]) == 2
+    assert capsys.readouterr().err == f"fedssl: error: {err.value}\n"
+
+
+def test_the_longest_duration_taken_starts_its_alarm(monkeypatch):
+    failed = []
+    monkeypatch.setattr(threading, "excepthook", failed.append)
+    longest = f"+{int(threading.TIMEOUT_MAX // 3600)}h"
+    with stop_signals(), stop_at(Deadline.parse(longest)) as alarm:
+        time.sleep(0.2)
+        assert alarm.timer.is_alive()
+    alarm.timer.join(timeout=60)
+    assert failed == [] and not alarm.fired

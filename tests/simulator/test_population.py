@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from simulator.population import CohortSchedule, Population
+from simulator.population import AvailabilityTrace, CohortSchedule, Population
 from simulator.scenario import DEFAULTS, ScenarioError, resolve
 
 
@@ -119,10 +119,22 @@ def test_a_trace_edited_between_two_runs_of_one_process_is_read_again(tmp_path):
     from simulator.population import read_trace
     trace = tmp_path / "trace.csv"
     trace.write_text("round,client\n0,1\n")
-    assert read_trace(str(trace)) == (frozenset({1}),)
+    assert read_trace(str(trace)) == AvailabilityTrace(1, {0: frozenset({1})})
     trace.write_text("round,client\n0,2\n1,3\n")
     os.utime(trace, ns=(10**18, 10**18))  # a later version, whatever the file system's clock resolution
-    assert read_trace(str(trace)) == (frozenset({2}), frozenset({3}))
+    assert read_trace(str(trace)) == AvailabilityTrace(2, {0: frozenset({2}), 1: frozenset({3})})
+
+
+def test_a_trace_whose_round_is_as_large_as_a_timestamp_is_read_without_a_round_per_row_between(tmp_path):
+    """Round 1700000000 (a timestamp in the round column) was a tuple of 1.7e9 rounds: validate grew past
+    3.5 GB in 20 s. The trace's period is still its largest round + 1; the rounds between have no client."""
+    from simulator.population import read_trace
+    trace = tmp_path / "trace.csv"
+    trace.write_text("round,client\n0,1\n1700000000,2\n")
+    read = read_trace(str(trace))
+    assert read.length == 1_700_000_001 and len(read.online) == 2
+    assert [read.online_at(r) for r in (0, 1, 1_700_000_000, 1_700_000_001)] == [
+        frozenset({1}), frozenset(), frozenset({2}), frozenset({1})]
 
 
 def test_a_bad_availability_trace_is_one_line_when_the_scenario_loads(tmp_path):

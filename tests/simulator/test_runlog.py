@@ -122,6 +122,31 @@ def test_an_out_the_user_cannot_write_in_or_too_long_a_name_is_refused_before_an
     assert sorted(os.listdir(tmp_path)) == ["read-only"]
 
 
+class WritesAFile:
+    """A pickle that, once loaded in full, creates ``path``: what a crafted checkpoint could run."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_a_checkpoint_carrying_code_is_refused_without_running_it(tmp_path):
+    """``state.pt`` was a full pickle: loading a crafted one (``fedssl evaluate``, ``--resume`` of a run
+    someone else wrote) ran its code. It is now read as tensors and plain data only."""
+    checkpoint, ran = tmp_path / "checkpoints" / "round_00001", tmp_path / "ran"
+    checkpoint.mkdir(parents=True)
+    torch.save({"round": 1, "state": {"w": torch.zeros(2)}, "extra": WritesAFile(ran)}, checkpoint / "state.pt")
+    with pytest.raises(ScenarioError) as err:
+        runlog.read_checkpoint(checkpoint)
+    assert str(err.value) == (f"{checkpoint / 'state.pt'}: -: cannot be read (it holds objects other than tensors "
+                              f"and plain data, which fedssl never loads); expected a checkpoint written by fedssl run")
+    assert not ran.exists()
+    torch.save({"round": 1, "state": {"w": torch.zeros(2)}, "numbers": [1, 2.5, "x", None]}, checkpoint / "state.pt")
+    assert runlog.read_checkpoint(checkpoint)["numbers"] == [1, 2.5, "x", None]
+
+
 def test_a_run_directory_the_system_refuses_to_create_is_one_line():
     """/proc takes no new directories, whoever asks (the checks before see a directory root may write in)."""
     for out, option in (("/proc/fedssl-run", "--out"), (None, "output.dir")):
