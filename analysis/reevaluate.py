@@ -17,7 +17,7 @@ from simulator.federation import Server
 from simulator.resources import threads
 from simulator.data.store import prepare_partition
 from simulator.held_out import HeldOutImages
-from simulator.run import data_spec
+from simulator.run import check_checkpoint_fits, data_spec
 from simulator.runlog import (check_run_dir, latest_checkpoint, load_recorded_scenario, read_checkpoint,
                               read_client_state)
 
@@ -65,6 +65,7 @@ def evaluate_run(run_dir: Path, overrides: list[str] = (), cache: EvaluationCach
     check_tests_no_trained_image(run_dir, load_recorded_scenario(run_dir), scenario)
     saved = read_checkpoint(checkpoint)
     server = Server(build_method(scenario, data_spec(prepare_partition(scenario), scenario)))
+    check_checkpoint_fits(server.state, saved, checkpoint)
 
     def load_client_state(cid: int):
         return read_client_state(checkpoint, cid)

@@ -430,6 +430,18 @@ def check_before_running(scenario: dict, source: str) -> dict[str, float]:
     return reader.heterogeneity
 
 
+def check_resumed_state(scenario: dict, run_dir: Path) -> None:
+    """Raise ``ScenarioError`` where the newest checkpoint's state does not fit the networks the run's
+    scenario describes (:func:`simulator.run.check_checkpoint_fits`), before the run starts again."""
+    from methods import build_method
+    from simulator.data.store import prepare_partition
+    from simulator.run import check_checkpoint_fits, data_spec
+    from simulator.runlog import latest_checkpoint, read_checkpoint
+    if (checkpoint := latest_checkpoint(run_dir)) is not None:
+        method = build_method(scenario, data_spec(prepare_partition(scenario), scenario))
+        check_checkpoint_fits(method.init_state(), read_checkpoint(checkpoint), checkpoint)
+
+
 def check_network_size(scenario: dict, source: str, partition_dir) -> None:
     """Fail early (ScenarioError under ``model``) when the networks' weights alone would not fit in
     this machine's memory (widths such as ``model.hidden_dim: 100000000000``), which torch would
@@ -476,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
             from simulator.runlog import check_out
             check_out(args.out)
         partition = check_before_running(scenario, args.scenario)
+        if args.command == "run" and args.resume:
+            check_resumed_state(scenario, Path(args.resume))
         if args.command == "validate":
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']}): "

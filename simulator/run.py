@@ -23,7 +23,7 @@ from simulator.provenance import code_version
 from simulator.resources import memory_mb, process_numerics, process_start_time
 from simulator.scenario import ScenarioError, fraction_suffix
 from simulator.runlog import (RunLog, checkpoint_round, latest_checkpoint, new_run_dir, read_checkpoint,
-                              restore_client_states, write_checkpoint, write_summary)
+                              restore_client_states, state_mismatch, write_checkpoint, write_summary)
 
 
 def data_spec(partition_dir: Path, scenario: dict[str, Any]) -> DataSpec:
@@ -256,6 +256,16 @@ def run_scenario(scenario: dict[str, Any], out: str | None = None, progress: boo
             if leaving_with is None:
                 raise
             # the run's line (the round reached, how to resume) stays the command's last
+
+
+def check_checkpoint_fits(initial_state: dict[str, Any], saved: dict[str, Any], checkpoint: Path) -> None:
+    """Raise ``ScenarioError`` naming ``checkpoint``'s ``state.pt`` and the key where its state does not fit
+    ``initial_state``, the method's for the run's scenario (a ``scenario.yaml`` edited after the run: the
+    state would be a traceback when copied into networks of other widths)."""
+    if (mismatch := state_mismatch(initial_state, saved["state"])) is not None:
+        key, what = mismatch
+        raise ScenarioError(str(checkpoint / "state.pt"), key, f"{what}: the run's scenario.yaml describes other "
+                                                                f"networks than this checkpoint holds (was it edited?)")
 
 
 def first_round(scenario: dict[str, Any]) -> int:

@@ -328,6 +328,23 @@ def read_checkpoint(checkpoint: Path) -> dict[str, Any]:
     return payload
 
 
+def state_mismatch(expected: Any, found: Any, key: str = "state") -> tuple[str, str] | None:
+    """(key, what differs) of the first tensor of a checkpoint's ``found`` state whose shape is not that of
+    the same key's tensor in ``expected`` (a method's initial state for the scenario), or None. Entries only
+    one side holds, or not as tensors on both, are not compared (a method fills some in as it runs)."""
+    if isinstance(expected, torch.Tensor) and isinstance(found, torch.Tensor):
+        if expected.shape != found.shape:
+            return key, f"expected a tensor of shape {list(expected.shape)}, got {list(found.shape)}"
+        return None
+    if isinstance(expected, dict) and isinstance(found, dict):
+        pairs = ((f"{key}.{k}", expected[k], found[k]) for k in expected if k in found)
+    elif isinstance(expected, (list, tuple)) and isinstance(found, (list, tuple)):
+        pairs = ((f"{key}[{i}]", e, f) for i, (e, f) in enumerate(zip(expected, found)))
+    else:
+        return None
+    return next(filter(None, (state_mismatch(e, f, k) for k, e, f in pairs)), None)
+
+
 def write_checkpoint(run_dir: Path, round_index: int, payload: dict[str, Any],
                      client_state_dir: Path | None = None, keep: int = 2) -> None:
     """``checkpoints/round_NNNNN/``: ``state.pt`` (the driver's payload) and a snapshot of the

@@ -195,6 +195,29 @@ def test_a_checkpoint_that_cannot_be_read_is_one_line_in_evaluate_and_resume(tin
     assert listing(run_dir) == before  # nothing lost or rewritten
 
 
+def test_a_checkpoint_whose_networks_the_edited_scenario_no_longer_describes_is_one_line(tiny_run, tmp_path, capsys):
+    """A scenario.yaml edited after the run (here the projector's hidden width, 64 -> 48) was torch's
+    size-mismatch traceback in evaluate and in a resume, the latter after the resumed run had begun."""
+    import shutil
+    import yaml
+    run_dir = tmp_path / "copy"
+    shutil.copytree(tiny_run, run_dir)
+    recorded = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    recorded["model"]["hidden_dim"] = 48
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(recorded, sort_keys=False))
+    newest = sorted((run_dir / "checkpoints").glob("round_*"))[-1]
+    expected = (f"fedssl: error: {newest / 'state.pt'}: state.weights.online.projector.0.weight: expected a tensor "
+                f"of shape [48, 128], got [64, 128]: the run's scenario.yaml describes other networks than this "
+                f"checkpoint holds (was it edited?)\n")
+    assert main(["evaluate", str(run_dir)]) == 2
+    assert capsys.readouterr().err == expected
+    (run_dir / "summary.json").unlink()  # an interrupted run
+    before = listing(run_dir)
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 2
+    assert capsys.readouterr().err == expected
+    assert listing(run_dir) == before  # nothing lost or rewritten
+
+
 def test_a_scenario_yaml_without_its_seed_is_one_line_not_the_default_seeds_evaluation(tiny_run, tmp_path, capsys):
     """The recorded scenario is checked as ``report`` checks it: a damaged one lacking its seed would
     otherwise be evaluated as seed 0's run (its partition, evaluation draws) with this run's networks."""

@@ -394,3 +394,14 @@ def test_a_damaged_checkpoint_or_client_state_is_an_error_naming_the_file(tmp_pa
     state.unlink()
     with pytest.raises(FileNotFoundError):
         runlog.read_checkpoint(checkpoint)
+
+
+def test_a_state_mismatch_names_the_first_tensor_of_another_shape_and_compares_only_tensors_both_hold():
+    expected = {"weights": {"a": torch.zeros(2, 3), "b": torch.zeros(4)}, "rows": [torch.zeros(1), None], "only": 1}
+    assert runlog.state_mismatch(expected, expected) is None
+    found = {"weights": {"a": torch.zeros(2, 3), "b": torch.zeros(5)}, "rows": [torch.zeros(1), torch.zeros(7)]}
+    assert runlog.state_mismatch(expected, found) == ("state.weights.b", "expected a tensor of shape [4], got [5]")
+    found["weights"]["b"] = torch.zeros(4)  # a tensor where the initial state has none is filled in as it runs
+    assert runlog.state_mismatch(expected, found) is None
+    found["rows"][0] = torch.zeros(2)
+    assert runlog.state_mismatch(expected, found) == ("state.rows[0]", "expected a tensor of shape [1], got [2]")
