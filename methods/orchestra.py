@@ -201,6 +201,9 @@ class OrchestraParams(ServerOptimizerParams):
     ema_before_forward: bool = False
 
 
+MAX_CLUSTERS = 2 ** 16  # the reference config.py: 128 global, 16 local; 10^10 was a terabyte allocation in the run
+
+
 class Orchestra(Method):
     name = "orchestra"
     @classmethod
@@ -216,6 +219,9 @@ class Orchestra(Method):
         return [
             *server_optimizer_rules(c),
             *((key, getattr(c, key) >= 1, "a positive integer") for key in integers),
+            *((key, getattr(c, key) <= MAX_CLUSTERS, f"at most {MAX_CLUSTERS} (each cluster is a row of the "
+                                                      f"centroid matrices and of every score matrix)")
+              for key in ("num_global_clusters", "num_local_clusters")),
             *((key, getattr(c, key) > 0, "a positive number") for key in ("temperature", "global_clustering_lr")),
             ("target_momentum", 0 <= c.target_momentum <= 1, "a number in [0, 1]"),
             ("clustering", c.clustering or c.degeneracy, "true when degeneracy is false (no loss would be left)"),

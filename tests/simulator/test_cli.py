@@ -136,6 +136,7 @@ BAD_METHOD_VALUES = [  # (method section, the key the error names); one per meth
     ({"name": "fedsc", "objective": "spectral", "clip_mu": 0.0}, "method.share_clip_mu"),
     ({"name": "orchestra", "memory_size": -1}, "method.memory_size"),
     ({"name": "orchestra", "clustering": False, "degeneracy": False}, "method.clustering"),
+    ({"name": "orchestra", "num_global_clusters": 10 ** 10}, "method.num_global_clusters"),  # was a crash mid-run
     ({"name": "hetero_ssfl", "objective": "simclr"}, "method.objective"),
     ({"name": "hetero_ssfl", "tiers": [{"fraction": 0.7, "encoder": "small_cnn"}]}, "method.tiers"),
     ({"name": "hetero_ssfl", "rad_size": 10000}, "method.rad_size"),  # checked against the data
