@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from simulator.scenario import ScenarioError, load_scenario
+from simulator.scenario import ScenarioError, load_scenario, named_as_set
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -487,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and args.out:
             from simulator.runlog import check_out
             check_out(args.out)
-        partition = check_before_running(scenario, args.scenario)
+        try:
+            partition = check_before_running(scenario, args.scenario)
+        except ScenarioError as err:
+            raise named_as_set(err, args.overrides) from None
         if args.command == "run" and args.resume:
             check_resumed_state(scenario, Path(args.resume))
         if args.command == "validate":

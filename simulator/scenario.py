@@ -204,11 +204,16 @@ def load_scenario(path: str | Path, overrides: list[str] = (), overrides_source:
         apply_override(raw, item)
     try:
         return resolve(raw, source)
-    except ScenarioError as err:  # a value the command line set is named as the command line's
-        set_keys = [item.partition("=")[0] for item in overrides]
-        if any(overridden(err.key, key) for key in set_keys):
-            raise ScenarioError(overrides_source, err.key, err.message) from None
-        raise
+    except ScenarioError as err:
+        raise named_as_set(err, overrides, overrides_source) from None
+
+
+def named_as_set(err: ScenarioError, overrides: list[str], overrides_source: str = "--set") -> ScenarioError:
+    """``err`` naming ``overrides_source`` in its file's place where one of ``overrides`` set its key (a
+    value the command line set is named as the command line's)."""
+    if any(overridden(err.key, item.partition("=")[0]) for item in overrides):
+        return ScenarioError(overrides_source, err.key, err.message)
+    return err
 
 
 def overridden(key: str, set_key: str) -> bool:

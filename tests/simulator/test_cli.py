@@ -181,6 +181,9 @@ def test_worker_actors_a_run_s_own_ray_instance_cannot_place_are_one_line_before
                    f"this machine (the run starts a Ray instance of its own), got actors holding {2 * cpus} CPUs for "
                    f"the whole run (the driver's own slot holds none); fewer workers or CPUs a worker, or a "
                    f"cluster's ray.address\n")
+    # the same value set on the command line is named as the command line's, as load_scenario's errors are
+    assert main([*argv, "--set", "ray.num_workers=2"]) == 2
+    assert capsys.readouterr().err.startswith("fedssl: error: --set: ray.num_workers: expected worker actors")
     import torch
     gpus = torch.cuda.device_count()
     on_gpus = write(tmp_path, {**synthetic_raw, "ray": {"num_workers": 2, "worker": {"num_cpus": 1,
