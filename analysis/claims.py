@@ -302,7 +302,7 @@ def run_states(suite: Suite, scenarios: dict[tuple[str, int], dict], runs_dir: P
             if done != scenario["training"]["rounds"]:
                 raise ScenarioError(str(run_dir), "summary.json",
                                     f"expected a run of {scenario['training']['rounds']} rounds (the suite's), "
-                                    f"found one of {done}; move it away or use another --runs-dir")
+                                    f"found one of {done!r}; move it away or use another --runs-dir")
             states.append(RunState(arm, seed, run_dir, "finished"))
         elif (run_dir / "scenario.yaml").exists():
             stored = read_recorded_scenario(run_dir)

@@ -103,11 +103,17 @@ def fraction_suffix(fraction: float) -> str:
 
 
 class ScenarioError(ValueError):
-    """A one-line description of what is wrong in a scenario: ``FILE: KEY: expected ...``."""
+    """A one-line description of what is wrong in a scenario: ``FILE: KEY: expected ...``; a message of over
+    :data:`LONGEST_MESSAGE` characters (a value echoed whole: a list of 300,000 items was 900 KB) is cut."""
 
     def __init__(self, source: str, key: str, message: str):
+        if len(message) > LONGEST_MESSAGE:
+            message = f"{message[:LONGEST_MESSAGE]}... ({len(message):,} characters, cut)"
         super().__init__(f"{source}: {key}: {message}")
         self.key, self.message = key, message
+
+
+LONGEST_MESSAGE = 2000
 
 
 def choices() -> dict[str, tuple[str, ...]]:

@@ -362,6 +362,20 @@ def test_a_nan_secondary_metric_is_n_a_and_a_nan_primary_is_one_line(tmp_path, s
                             f"(the suite's primary metric), a finite number, got nan\n")
 
 
+def test_a_kept_run_of_other_rounds_is_one_line_and_a_count_written_as_text_is_shown_as_text(tmp_path,
+                                                                                             synthetic_raw, capsys):
+    """``rounds_completed: "2"`` read "expected a run of 2 rounds ..., found one of 2"."""
+    suite_file = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
+                            {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]})
+    path = tmp_path / "runs" / "b" / "seed_1" / "summary.json"
+    for done, shown in ((1, "1"), ("2", "'2'")):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "rounds_completed": done}))
+        assert main(["claim", str(suite_file), "--no-run"]) == 2
+        assert capsys.readouterr().err == (f"fedssl: error: {path.parent}: summary.json: expected a run of 2 rounds "
+                                           f"(the suite's), found one of {shown}; move it away or use another "
+                                           f"--runs-dir\n")
+
+
 def test_arms_restricts_the_runs_and_the_table_to_the_named_arms(tmp_path, synthetic_raw, capsys, monkeypatch):
     import simulator.run
     started = []

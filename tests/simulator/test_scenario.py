@@ -173,6 +173,15 @@ def test_a_character_yaml_forbids_deep_nesting_and_an_empty_file_are_one_scenari
                                   f"of sections such as dataset, method, training)")
 
 
+def test_a_value_echoed_in_an_error_is_cut_where_the_line_would_be_long(tmp_path):
+    """A list of 300,000 items for training.rounds was a 900 KB error line."""
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, {"training": {"rounds": [1] * 30_000}}))
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 's.yaml'}: training.rounds: expected an integer, got [1, 1, ")
+    assert message.endswith("... (90,025 characters, cut)") and len(message) < 2200
+
+
 def test_a_key_written_twice_in_one_mapping_is_an_error_not_a_silent_replacement(tmp_path):
     # PyYAML keeps the last of two equal keys: the first training section would vanish without a word
     path = tmp_path / "twice.yaml"
