@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from simulator.progress import Pace
-from simulator.runlog import atomic_write, check_out
+from simulator.runlog import atomic_write, check_name_lengths, check_out
 from simulator.scenario import ScenarioError, load_scenario, parse_yaml
 
 MEASURES = {
@@ -116,17 +116,25 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
         for combo, scenario in zip(combos, scenarios):
             check(scenario, f"{scenario_file} ({', '.join(combo)})")
     check_out(out)
+    check_name_lengths(tuple(run_dir_name(combo) for combo in combos), "--over")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     pace = Pace(len(combos))
     for i, (combo, values, scenario) in enumerate(zip(combos, swept_values(keys, combos), scenarios), 1):
         stop_signals.raise_if_requested()  # a stop noted in the last run's last round: announce nothing more
         print(f"sweep: run {i}/{len(combos)} ({', '.join(combo)})  {pace.text(i - 1)}", file=sys.stderr, flush=True)
-        _, summary = run_scenario(scenario, str(out / ",".join(combo)), progress=progress)
+        _, summary = run_scenario(scenario, str(out / run_dir_name(combo)), progress=progress)
         rows.append(row_of(values, summary))
         write_outputs(rows, keys, out)
     print(f"sweep: {len(combos)}/{len(combos)} runs done  {pace.text(len(combos))}", file=sys.stderr, flush=True)
     return rows
+
+
+def run_dir_name(combo: list[str]) -> str:
+    """The directory of one combination's run inside the sweep's ``--out``: its ``key=value`` items joined
+    by commas, a ``/`` in a value written ``%2F`` (``%`` as ``%25``), so that every run stays in ``--out``
+    (``output.dir=a/../../x`` wrote its run outside it)."""
+    return ",".join(combo).replace("%", "%25").replace("/", "%2F")
 
 
 def write_outputs(rows: list[dict], keys: list[str], out: Path) -> None:

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from analysis.sweep import grid
+from analysis.sweep import grid, run_dir_name
 from simulator.cli import main
 from simulator.scenario import ScenarioError
 
@@ -123,4 +123,20 @@ def test_sweep_validates_every_combination_before_running(synthetic_raw, tmp_pat
     out = tmp_path / "never"
     code = main(["sweep", str(scenario), "--over", "population.clients_per_round=2,99", "--out", str(out)])
     assert code == 2 and "population.clients_per_round" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_every_run_of_a_sweep_stays_in_its_out_and_too_long_a_name_is_one_line_before_anything_runs(
+        synthetic_raw, tmp_path, capsys):
+    """``--over output.dir=a/../../x`` wrote its run outside ``--out``; a combination of over 255 bytes was
+    ``OSError: File name too long`` after an empty ``--out`` had been made."""
+    assert run_dir_name(["output.dir=a/../../x", "name=n%2"]) == "output.dir=a%2F..%2F..%2Fx,name=n%252"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(synthetic_raw))
+    out = tmp_path / "never"
+    lr = "0.05" + "0" * 50 + "1"  # a valid value of 55 characters: with the name's 205, a directory of 273
+    assert main(["sweep", str(scenario), "--over", "name=" + "n" * 200 + ",m", "--over", f"training.lr={lr}",
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ("fedssl: error: --over: a name of 273 bytes (name=nnnnnnnnnnnnnnn...); expected "
+                                       "at most 255, the longest file name file systems take\n")
     assert not out.exists()
