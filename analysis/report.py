@@ -72,7 +72,7 @@ def read_run(run_dir: Path) -> dict:
 
 
 RECORDED_LISTS = {"code": "the code of each session, e.g. 'fedssl 0.1.0, git 0123456789ab'",
-                  "numerics": "each process's torch version and CPU instruction set, e.g. 'torch 2.5.1, CPU AVX2'"}
+                  "numerics": "each process's torch version and CPU instruction set, e.g. 'torch 2.14.1, CPU AVX2'"}
 
 
 def check_provenance(path: Path, summary: dict) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -359,7 +359,8 @@ def check_values(scenario: dict, source: str) -> None:
     if scenario["eval"]["knn_temperature"] < KNN_MIN_TEMPERATURE:
         raise ScenarioError(source, "eval.knn_temperature",
                             f"expected at least {KNN_MIN_TEMPERATURE} (the kNN vote weighs a neighbour by "
-                            f"exp(similarity / T), infinite in float32 below it), got {scenario['eval']['knn_temperature']!r}")
+                            f"exp(similarity / T), infinite in float32 below it), "
+                            f"got {scenario['eval']['knn_temperature']!r}")
     if "/" in scenario["name"] or "\0" in scenario["name"]:
         raise ScenarioError(source, "name", f"expected a name without '/' or NUL (it names the run directory "
                                             f"inside output.dir), got {scenario['name']!r}")
