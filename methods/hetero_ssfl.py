@@ -51,6 +51,10 @@ with this one; with scales 100x apart (random features) 0.08 against 0.63. (6) T
 the paper samples a set of classes for each client; ``partition.kind: classes_per_client`` deals one
 permutation of the classes out cyclically, so with 20 or 100 clients and 2 classes each only 5 class
 pairs exist (clients i, i+5, i+10, ... share one); with 5 clients (section 5.1) the pairs are disjoint.
+(7) Traffic, in the byte counters only: section 3.2 sends the representations (L x d) up and the RAD
+down every round; here a client uploads an L x L kernel change (``bytes_up/kernels``: L / d times the
+paper's, 39x with 5000 RAD images of 128-d outputs) and receives the RAD once, not every round (a
+smaller ``bytes_down/rad``). Training is the same; compare communication with the paper's with care.
 ``mu = 0`` is local-only SSL; the kernels are still shared so that ``train/rad_cka`` (CKA of each
 trained client's kernel with ``Kbar(t-1)``) can be compared between the two. With a RAD term, the
 client logs it (``mu`` times, mean over its steps) as ``train/loss_rad`` beside the SSL loss
