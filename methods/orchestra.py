@@ -62,8 +62,9 @@ Deliberate differences from the reference code (paper's Algorithm 1 where they d
   a third view T(x), and fills the setup memory with views T(x). ``reference_views: true`` restores
   the three independent augmented views (one augmentation pipeline for all).
 * EMA order: the target is updated after the online step (Algorithm 1, lines 15-16); the
-  reference code updates it at the start of each step, before the target's forward pass
-  (``update_target`` inside ``forward``). ``ema_before_forward: true`` restores that.
+  reference code updates it before the step, before the target's forward pass (``update_target``
+  inside ``forward``, after the online forward passes, which change no parameter).
+  ``ema_before_forward: true`` restores that.
 * Incomplete batches: the reference drops every incomplete batch (``drop_last``); here only a
   batch of one sample is skipped (BatchNorm needs two), unless ``training.drop_last: true``, which
   restores the reference's rule; a client whose memory stays empty (no step ran) fills it by a
@@ -90,9 +91,14 @@ Deliberate differences from the reference code (paper's Algorithm 1 where they d
   can; the Fashion-MNIST scenarios (one channel) use the simulator's defaults.
 * Label skew of the Fashion-MNIST scenarios: Dirichlet(0.1 x prior) per class (``partition.
   scale_by_prior: true``, Hsu et al.'s definition, which the paper cites), about 1.6 classes a
-  client; the paper's Table 4 counts those of Dirichlet(0.1) per class (4.69 classes of CIFAR-10 a
-  client), which ``scenarios/orchestra/cifar10_resnet18.yaml`` draws (``scale_by_prior: false``) and
-  ``claims/orchestra_paper_skew.yaml`` runs; the Fashion-MNIST files keep theirs for their kept runs.
+  client; the paper's Table 4 counts those of Dirichlet(0.1) label skew without the prior (4.69
+  classes of CIFAR-10 a client), which ``scenarios/orchestra/cifar10_resnet18.yaml`` draws
+  (``scale_by_prior: false``) and ``claims/orchestra_paper_skew.yaml`` runs; the Fashion-MNIST files
+  keep theirs for their kept runs. The draw itself differs from the reference's ``sampler.py``, which
+  splits each class over the clients by Dirichlet(0.1) and rebalances the matrix to equal client
+  sizes (100 row/column rescalings; 494-499 samples, 4.69 classes a client); here each client's class
+  mix is a Dirichlet(0.1) draw over the classes, equal sizes (about 4.8 classes a client): similar skew,
+  not the same process.
   Their projector is 512 -> 128 (the reference's 512 -> 512), and the FedAvg+SimCLR baseline's
   projector has no BatchNorm (the reference's f-SimCLR: Linear(no bias) -> BatchNorm1d -> ReLU ->
   Linear -> BatchNorm1d(affine=False), as Orchestra's own).
