@@ -156,6 +156,8 @@ def read_suite(path: str | Path) -> Suite:
     secondary = tuple(metric_of("secondary", m) for m in secondary)
     if primary in secondary:
         raise ScenarioError(source, "secondary", f"expected metrics other than the primary one ({primary})")
+    if len(set(secondary)) != len(secondary):
+        raise ScenarioError(source, "secondary", f"expected each metric once, got {list(secondary)!r}")
 
     arms_raw = raw["arms"]
     if not isinstance(arms_raw, dict) or len(arms_raw) < 2:
@@ -204,7 +206,11 @@ def read_suite(path: str | Path) -> Suite:
                     margin = float(margin)
                 elif margin is not None:
                     raise ScenarioError(source, f"{where}.margin", f"expected no margin with direction {direction}")
-            out.append(Comparison(item["arm"], item["baseline"], direction, margin))
+            comparison = Comparison(item["arm"], item["baseline"], direction, margin)
+            if comparison in out:
+                raise ScenarioError(source, where, f"expected each comparison once; it repeats "
+                                                   f"{key}[{out.index(comparison)}]")
+            out.append(comparison)
         return tuple(out)
 
     return Suite(source, text_of("claim", raw["claim"]),

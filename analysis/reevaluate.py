@@ -22,11 +22,19 @@ from simulator.runlog import (check_run_dir, latest_checkpoint, load_recorded_sc
                               read_client_state)
 
 
+# eval keys that say when a run evaluates: evaluate evaluates the newest checkpoint whatever they say
+WHEN_A_RUN_EVALUATES = ("eval.enabled", "eval.every")
+
+
 def evaluation_overrides(overrides: list[str]) -> list[str]:
-    """The overrides, if each changes an ``eval.`` key; raises ValueError otherwise."""
+    """The overrides, if each changes an ``eval.`` key that evaluating a checkpoint reads; raises
+    ValueError otherwise."""
     for item in overrides:
         if not item.startswith("eval."):
             raise ValueError(f"--set {item}: only eval.* keys can change when evaluating a finished run")
+        if item.partition("=")[0] in WHEN_A_RUN_EVALUATES:
+            raise ValueError(f"--set {item}: it says when a run evaluates, which changes nothing here (evaluate "
+                             f"evaluates the newest checkpoint); expected an eval.* key of how it evaluates")
     return overrides
 
 

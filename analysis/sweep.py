@@ -18,7 +18,7 @@ import yaml
 
 from simulator.progress import Pace
 from simulator.runlog import atomic_write, check_name_lengths, check_out
-from simulator.scenario import ScenarioError, load_scenario, parse_yaml
+from simulator.scenario import ScenarioError, load_scenario, overridden, parse_yaml
 
 MEASURES = {
     "seconds_per_round": "wall time per round (s, steady state)",
@@ -110,6 +110,10 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
     is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's checks before running)."""
     from simulator.run import run_scenario, stop_signals
     keys, combos = grid(overs)
+    for item in sets:  # the swept value would replace the set one in every run, without a word
+        if swept := [key for key in keys if overridden(key, item.partition("=")[0])]:
+            raise ScenarioError("--set", item.partition("=")[0], f"is swept by --over {swept[0]} as well; expected "
+                                                                 f"each key in --set or in --over, not both")
     # all valid before any runs
     scenarios = [load_scenario(scenario_file, [*sets, *combo], overrides_source="--set/--over") for combo in combos]
     if check is not None:

@@ -467,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     args = commands.parse_args(argv)
     if args.command == "run" and (args.resume is None) == (args.scenario is None):
         commands.commands["run"].error("expected a scenario file or --resume RUN_DIR (one of them)")
+    if args.command == "report" and args.metrics and not args.plot:
+        commands.commands["report"].error("--metric names a curve of --plot DIR; expected --plot with it")
     if args.command == "report":
         return report(args.runs, args.baseline, plot=args.plot, metrics=args.metrics, margins=args.margins)
     if args.command == "evaluate":

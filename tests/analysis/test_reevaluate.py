@@ -123,6 +123,8 @@ def test_a_changed_protocol_is_applied(tiny_run, capsys, monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (["--set", "training.lr=0.1"], "--set training.lr=0.1: only eval.* keys can change"),
     (["--set", "eval.knn_k=-1"], "eval.knn_k"),
+    (["--set", "eval.every=3"], "--set eval.every=3: it says when a run evaluates, which changes nothing here"),
+    (["--set", "eval.enabled=false"], "--set eval.enabled=false: it says when a run evaluates"),
 ])
 def test_bad_settings_are_one_line_errors(tiny_run, capsys, args, message):
     assert main(["evaluate", str(tiny_run), *args]) == 2

@@ -140,3 +140,15 @@ def test_every_run_of_a_sweep_stays_in_its_out_and_too_long_a_name_is_one_line_b
     assert capsys.readouterr().err == ("fedssl: error: --over: a name of 273 bytes (name=nnnnnnnnnnnnnnn...); expected "
                                        "at most 255, the longest file name file systems take\n")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("set_item", ["training.rounds=3", "training={rounds: 3}"])
+def test_a_key_set_and_swept_at_once_is_one_line_before_anything_runs(synthetic_raw, tmp_path, capsys, set_item):
+    """``--set training.rounds=3 --over training.rounds=1,2`` ran rounds 1 and 2, the --set dropped unsaid."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(synthetic_raw))
+    out = tmp_path / "never"
+    assert main(["sweep", str(scenario), "--set", set_item, "--over", "training.rounds=1,2", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: --set: {set_item.partition('=')[0]}: is swept by --over "
+                                       f"training.rounds as well; expected each key in --set or in --over, not both\n")
+    assert not out.exists()

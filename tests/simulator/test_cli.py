@@ -116,6 +116,8 @@ def test_an_output_path_that_is_a_file_or_lies_under_one_is_refused(synthetic_ra
     (["run", "--resume", ""], "fedssl run", "argument --resume: expected a path, got ''"),
     (["sweep", "s.yaml", "--over", "seed=1,2", "--out", ""], "fedssl sweep", "argument --out: expected a path, got ''"),
     (["report", "r", "--plot", ""], "fedssl report", "argument --plot: expected a path, got ''"),
+    (["report", "r", "--metric", "train/loss"], "fedssl report",  # it did nothing without --plot
+     "--metric names a curve of --plot DIR; expected --plot with it"),
     (["claim", "c.yaml", "--runs-dir", "a\0b"], "fedssl claim", "argument --runs-dir: expected a path, got 'a\\x00b'"),
 ])
 def test_a_usage_error_is_one_line_exit_2(capsys, argv, prog, message):
