@@ -114,6 +114,7 @@ class ScenarioError(ValueError):
 
 
 LONGEST_MESSAGE = 2000
+LARGEST_YAML = 10_000_000  # characters of a scenario or suite file (the shipped ones hold at most a few thousand)
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -169,11 +170,15 @@ def read_yaml(path: str | Path) -> Any:
     ``ScenarioError`` (``FILE: -: cannot read the file (...)``, ``FILE: line N: not valid YAML (...)``)."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:
+            text = f.read(LARGEST_YAML + 1)  # /dev/zero, or a data file given by mistake, is not read whole
     except OSError as err:
         raise ScenarioError(source, "-", f"cannot read the file ({err.strerror})") from None
     except UnicodeDecodeError:
         raise ScenarioError(source, "-", "cannot read the file (not UTF-8 text); expected a YAML text file") from None
+    if len(text) > LARGEST_YAML:
+        raise ScenarioError(source, "-", f"the file holds over {LARGEST_YAML:,} characters; expected a scenario's "
+                                         f"or claim suite's YAML text")
     try:
         return parse_yaml(text)
     except yaml.YAMLError as err:

@@ -182,6 +182,16 @@ def test_a_value_echoed_in_an_error_is_cut_where_the_line_would_be_long(tmp_path
     assert message.endswith("... (90,025 characters, cut)") and len(message) < 2200
 
 
+def test_a_file_larger_than_any_scenario_is_refused_without_reading_it_whole(monkeypatch):
+    """``fedssl validate /dev/zero`` read 10 GB in 10 s and went on."""
+    from simulator import scenario as scenario_module
+    monkeypatch.setattr(scenario_module, "LARGEST_YAML", 1000)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario("/dev/zero")
+    assert str(err.value) == ("/dev/zero: -: the file holds over 1,000 characters; expected a scenario's or claim "
+                              "suite's YAML text")
+
+
 def test_a_key_written_twice_in_one_mapping_is_an_error_not_a_silent_replacement(tmp_path):
     # PyYAML keeps the last of two equal keys: the first training section would vanish without a word
     path = tmp_path / "twice.yaml"
