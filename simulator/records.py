@@ -45,8 +45,10 @@ def out_of_float32(value: Any) -> str | None:
     return None
 
 
-POSITIVE_NUMBER = Field(lambda v: is_number(v) and v > 0, "a positive number")
-NON_NEGATIVE_NUMBER = Field(lambda v: is_number(v) and v >= 0, "a non-negative number")
+# finite: a tier's fraction of .inf made every fraction NaN once normalised, its samples_per_second of .inf
+# rounds of no time
+POSITIVE_NUMBER = Field(lambda v: is_number(v) and math.isfinite(v) and v > 0, "a positive number")
+NON_NEGATIVE_NUMBER = Field(lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a non-negative number")
 POSITIVE_INTEGER = Field(lambda v: type(v) is int and v >= 1, "a positive integer")  # an int, not a bool
 STRING = Field(lambda v: isinstance(v, str), "a string")
 

@@ -375,6 +375,10 @@ def test_a_bad_value_set_on_the_command_line_is_named_as_the_command_line_s(tmp_
          "--set: population.speed_tiers: expected fractions summing to 1, got 2"),
         (["population.speed_tiers=[{fraction: 1, samples_per_second: -1}]"],  # under the key set
          "--set: population.speed_tiers[0].samples_per_second: expected a positive number, got -1"),
+        (["population.speed_tiers=[{fraction: .inf, samples_per_second: 1}]"],  # NaN fractions once normalised
+         "--set: population.speed_tiers[0].fraction: expected a positive number, got inf"),
+        (["ray.worker_pools=[{name: a, count: 1, num_cpus: .inf, num_gpus: 0}]"],
+         "--set: ray.worker_pools[0].num_cpus: expected a non-negative number, got inf"),
     ]
     for overrides, message in cases:
         with pytest.raises(ScenarioError) as err:
