@@ -97,6 +97,12 @@ Where this differs from the paper and its reference code (ShusenJing/FedSC_ICML2
   the paper's section 5.2 writes 2V views per batch and section 7.1 sets V = 2, i.e. four.
 - Augmentation: no hue jitter (the reference: ColorJitter(0.4, 0.4, 0.4, 0.1) in random order;
   here brightness, contrast, saturation in a fixed order).
+- Cosine lr (``training.lr_schedule: cosine``): here each round's lr is the formula's,
+  ``lr (1 + cos(pi (t - 1) / T)) / 2``. The reference reads ``CosineAnnealingLR.get_lr()`` between
+  ``step()`` calls, which applies torch's recursive form once more: below the formula from round 2
+  on (x0.985 at mid-run, x0.963 at three quarters and x0.25 in the last round with T = 200; 0.990 of
+  the formula's summed lr), so ``cifar10_paper.yaml``'s "lr 0.03 with cosine decay" is the nominal
+  schedule, not the reference's exact steps.
 - CPU scale (the Fashion-MNIST scenarios): E = 1 (section 7.1: 5), T = 30, batch B = 128 (section
   7.1: 512; B enters the batch bias of Theorem 6.10), the small CNN with GroupNorm (the paper's
   Fixup ResNet-20 x8), hidden width 512 and H = 128 (the reference: 1024 and 512; H enters DP-CalR's
