@@ -243,8 +243,8 @@ def stopped(err: BaseException, then: str | None = None) -> int:
 
 def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
-    from simulator.runlog import (check_client_states, check_run_dir, checkpoint_round, latest_checkpoint,
-                                  load_recorded_scenario, read_checkpoint)
+    from simulator.runlog import check_client_states, check_run_dir, checkpoint_round, latest_checkpoint, \
+        load_recorded_scenario
     path = Path(run_dir)
     if overrides:
         raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
@@ -253,14 +253,15 @@ def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     check_run_dir(path)
     if (path / "summary.json").exists():
         raise ScenarioError(run_dir, "-", "the run has finished (summary.json exists); nothing to resume")
-    rounds = load_recorded_scenario(path)["training"]["rounds"]
+    scenario = load_recorded_scenario(path)
+    rounds = scenario["training"]["rounds"]
     checkpoint = latest_checkpoint(path)
     if checkpoint is not None:
         if checkpoint_round(checkpoint) > rounds:
             raise ScenarioError(str(path / "scenario.yaml"), "training.rounds",
                                 f"expected at least {checkpoint_round(checkpoint)} (the round of its newest "
                                 f"checkpoint, {checkpoint}), got {rounds}")
-        read_checkpoint(checkpoint)  # readable before anything starts
+        check_checkpoint_fits_scenario(scenario, checkpoint)  # readable, and of these networks, before anything starts
         check_client_states(checkpoint)
     return str(path / "scenario.yaml")
 
@@ -430,16 +431,17 @@ def check_before_running(scenario: dict, source: str) -> dict[str, float]:
     return reader.heterogeneity
 
 
-def check_resumed_state(scenario: dict, run_dir: Path) -> None:
-    """Raise ``ScenarioError`` where the newest checkpoint's state does not fit the networks the run's
-    scenario describes (:func:`simulator.run.check_checkpoint_fits`), before the run starts again."""
+def check_checkpoint_fits_scenario(scenario: dict, checkpoint: Path) -> None:
+    """Raise ``ScenarioError`` where ``checkpoint`` cannot be read, or its state does not fit the networks
+    ``scenario`` (the run's) describes (:func:`simulator.run.check_checkpoint_fits`): for
+    ``fedssl run --resume`` and a claim's interrupted runs, before anything starts."""
     from methods import build_method
     from simulator.data.store import prepare_partition
     from simulator.run import check_checkpoint_fits, data_spec
-    from simulator.runlog import latest_checkpoint, read_checkpoint
-    if (checkpoint := latest_checkpoint(run_dir)) is not None:
-        method = build_method(scenario, data_spec(prepare_partition(scenario), scenario))
-        check_checkpoint_fits(method.init_state(), read_checkpoint(checkpoint), checkpoint)
+    from simulator.runlog import read_checkpoint
+    saved = read_checkpoint(checkpoint)
+    method = build_method(scenario, data_spec(prepare_partition(scenario), scenario))
+    check_checkpoint_fits(method.init_state(), saved, checkpoint)
 
 
 def check_network_size(scenario: dict, source: str, partition_dir) -> None:
@@ -493,8 +495,6 @@ def main(argv: list[str] | None = None) -> int:
             partition = check_before_running(scenario, args.scenario)
         except ScenarioError as err:
             raise named_as_set(err, args.overrides) from None
-        if args.command == "run" and args.resume:
-            check_resumed_state(scenario, Path(args.resume))
         if args.command == "validate":
             print(f"{args.scenario}: ok ({scenario['method']['name']}, "
                   f"{scenario['population']['num_clients']} clients, {scenario['dataset']['name']}): "

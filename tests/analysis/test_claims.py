@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from analysis.claims import decide, overall, read_suite
@@ -488,6 +489,15 @@ def test_an_interrupted_run_whose_checkpoint_is_damaged_is_one_line_before_anyth
     err = capsys.readouterr().err
     assert err.startswith(f"fedssl: error: {interrupted / 'checkpoints' / 'round_00001' / 'state.pt'}: -: cannot be "
                           f"read") and err.count("\n") == 1, err
+    # a readable checkpoint of other networks (a projector 4 wide) than the arm's scenario describes
+    torch.save({"round": 1, "state": {"weights": {"online.projector.0.weight": torch.zeros(4, 4)}}},
+               interrupted / "checkpoints" / "round_00001" / "state.pt")
+    assert main(["claim", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {interrupted / 'checkpoints' / 'round_00001' / 'state.pt'}: "
+                          f"state.weights.online.projector.0.weight: expected a tensor of shape [") and \
+        err.endswith(", got [4, 4]: the run's scenario.yaml describes other networks than this checkpoint holds "
+                     "(was it edited?)\n"), err
 
 
 def test_a_deadline_that_comes_when_every_run_has_finished_prints_the_claim(tmp_path, synthetic_raw, capsys):
