@@ -42,7 +42,7 @@ from analysis.claims import differences
 from analysis.report import check_margins, gain_text, learning_verdict, points_over_round0, read_run, t_interval
 from methods.objectives import OBJECTIVES
 from simulator.provenance import git
-from simulator.runlog import read_recorded_scenario
+from simulator.runlog import check_existing_directory, read_recorded_scenario
 from simulator.scenario import ScenarioError, load_scenario
 
 BASELINE = Path("tests/scenarios_baseline.json")
@@ -170,10 +170,7 @@ def run_dirs(roots: list[Path]) -> list[Path]:
     """The finished runs under ``roots`` (folders holding ``summary.json`` and ``scenario.yaml``)."""
     found = []
     for root in roots:
-        if root.exists() and not root.is_dir():
-            raise ValueError(f"{root}: is a file; expected a directory of runs")
-        if not root.is_dir():
-            raise ValueError(f"{root}: no such directory of runs")
+        check_existing_directory(root, "directory of runs")
         found += [p.parent for p in root.rglob("summary.json") if (p.parent / "scenario.yaml").exists()]
     return sorted(set(found))
 
@@ -306,10 +303,7 @@ def ledger(run_roots: list[Path], scenarios_dir: Path, margins: dict[str, float]
     """``fedssl ledger``: the tables of :func:`ledger_tables` for the shipped scenarios under
     ``scenarios_dir`` (their paths as the repository holding it names them; the history is that
     repository's, or none outside one) and the runs under ``run_roots``."""
-    if scenarios_dir.exists() and not scenarios_dir.is_dir():
-        raise ValueError(f"{scenarios_dir}: is a file; expected a directory of scenarios")
-    if not scenarios_dir.is_dir():
-        raise ValueError(f"{scenarios_dir}: no such directory of scenarios")
+    check_existing_directory(scenarios_dir, "directory of scenarios")
     top = git(scenarios_dir, "rev-parse", "--show-toplevel")
     repo = Path(top).resolve() if top else scenarios_dir.resolve().parent
     shipped = self_supervised_fashion_mnist(scenarios_dir, repo)

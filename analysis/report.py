@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from simulator.runlog import check_run_dir, read_metrics, read_recorded_scenario, read_summary
+from simulator.runlog import check_existing_directory, check_run_dir, read_metrics, read_recorded_scenario, read_summary
 
 METRICS = ("knn_top1", "linear_top1")
 # Shown when every run has it (runs whose networks have a projector, logged since it was added).
@@ -43,10 +43,7 @@ def columns(runs: list[dict]) -> tuple[tuple[str, str], ...]:
 def read_run(run_dir: Path) -> dict:
     """A run's summary with its scenario name and seed; raises ValueError for an unfinished run."""
     summary_path = run_dir / "summary.json"
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"{run_dir}: is a file; expected a run directory")
-    if not run_dir.is_dir():
-        raise ValueError(f"{run_dir}: no such run directory")
+    check_existing_directory(run_dir, "run directory")
     check_run_dir(run_dir)
     if not summary_path.exists():
         raise ValueError(f"{run_dir}: no summary.json (the run did not finish)")

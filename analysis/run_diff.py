@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.report import check_provenance
-from simulator.runlog import read_metrics, read_summary
+from simulator.runlog import check_existing_directory, read_metrics, read_summary
 
 MACHINE_DEPENDENT = ("time/", "memory/")
 HEADLINE = ("eval/knn_top1", "eval/linear_top1")
@@ -28,8 +28,7 @@ def logged_values(run_dir: Path) -> dict[tuple[int, str], float]:
     """The run's logged values by (round, name), the machine-dependent names left out; raises
     ValueError for a directory without ``metrics.parquet`` or one whose table holds no row."""
     path = run_dir / "metrics.parquet"
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"{run_dir}: is a file; expected a run directory")
+    check_existing_directory(run_dir, "run directory")
     if not path.exists():
         raise ValueError(f"{run_dir}: no metrics.parquet (expected a run directory whose run has logged a round)")
     rows = read_metrics(path)

@@ -45,6 +45,15 @@ def flat_hparams(node: dict[str, Any], prefix: str = "") -> dict[str, str | floa
     return flat
 
 
+def check_existing_directory(path: Path, what: str) -> None:
+    """``ValueError`` unless ``path`` is a directory: ``PATH: is a file; expected a WHAT`` or ``PATH: no such
+    WHAT`` (``what``: e.g. ``run directory``, ``directory of runs``)."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path}: is a file; expected a {what}")
+    if not path.is_dir():
+        raise ValueError(f"{path}: no such {what}")
+
+
 def check_run_dir(run_dir: str | Path) -> None:
     """``ScenarioError`` unless ``run_dir`` holds a run's ``scenario.yaml`` (written first of its files)."""
     from simulator.scenario import ScenarioError
