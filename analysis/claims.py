@@ -337,7 +337,8 @@ def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 # Keys added after runs were recorded, whose default reproduces the code before them (their commit
 # left every scenario's baseline bitwise unchanged): absent from an older record means this value.
 ABSENT_MEANS = {"training.drop_last": False, "method.within_class": True, "method.label_loss": True,
-                "partition.fill": "in_order"}
+                "partition.fill": "in_order", "augment.hue": 0.0, "augment.jitter_order": "fixed",
+                "augment.crop_sampler": "uniform_area"}
 
 
 def record_differences(stored: dict, resolved: dict) -> list[str]:

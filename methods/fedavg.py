@@ -55,8 +55,10 @@ Differences from EasyFL's ``applications/fedssl``, the reference code of the Fed
   jitter 0.8 whatever the objective, chosen by measurement (``results/regime.md``: with 0.4 each
   missed a learning margin on some seed, with 0.8 each cleared on the seeds of its shipping protocol);
   ``augment.brightness=0.4``, ``augment.contrast=0.4`` restore the papers' strength, and with 0.8,
-  ``augment.crop_scale=[0.08,1.0]`` and ``augment.grayscale_prob=0.2`` give EasyFL's (on grayscale
-  Fashion-MNIST only brightness, contrast and the crop act; hue is not implemented).
+  ``augment.crop_scale=[0.08,1.0]``, ``augment.grayscale_prob=0.2``, ``augment.hue=0.2``,
+  ``augment.jitter_order=random`` (ColorJitter's order) and ``augment.crop_sampler=torchvision``
+  (RandomResizedCrop's boxes) give EasyFL's (on grayscale Fashion-MNIST only brightness, contrast
+  and the crop act).
 * An epoch's last, incomplete batch is trained on (a batch of one sample skipped); EasyFL's loaders
   drop it, which ``training.drop_last: true`` restores. With BatchNorm heads a last batch of a few
   samples is normalised over those few.

@@ -95,8 +95,11 @@ Where this differs from the paper and its reference code (ShusenJing/FedSC_ICML2
   has no normalisation, so there DP-CalR's eval mode computes the same function as training.
 - Training views: two per sample (SimCLR-style pairs), as the reference trains (``num_aug = 2``);
   the paper's section 5.2 writes 2V views per batch and section 7.1 sets V = 2, i.e. four.
-- Augmentation: no hue jitter (the reference: ColorJitter(0.4, 0.4, 0.4, 0.1) in random order;
-  here brightness, contrast, saturation in a fixed order).
+- Augmentation: by default no hue jitter, a fixed jitter order and uniform-area crops (the
+  reference: torchvision's RandomResizedCrop and ColorJitter(0.4, 0.4, 0.4, 0.1) in random order);
+  ``augment.hue: 0.1``, ``jitter_order: random`` and ``crop_sampler: torchvision`` restore the
+  reference's, as ``scenarios/fedsc/cifar10_paper.yaml`` sets them (on grayscale Fashion-MNIST
+  hue and saturation do not act).
 - Cosine lr (``training.lr_schedule: cosine``): here each round's lr is the formula's,
   ``lr (1 + cos(pi (t - 1) / T)) / 2``. The reference reads ``CosineAnnealingLR.get_lr()`` between
   ``step()`` calls, which applies torch's recursive form once more: below the formula from round 2

@@ -86,9 +86,10 @@ Deliberate differences from the reference code (paper's Algorithm 1 where they d
   of the same samples), so its local centroids are fitted to more, repeated, points.
 * Augmentation: the reference's ``OrchestraTransform`` crops 50-100% (bicubic), jitters hue as well
   (ColorJitter(0.4, 0.4, 0.2, 0.1)) and blurs (p 0.5 in T, 0.1 in T', with solarisation p 0.2 in
-  T'); this simulator's batched augmentation has no hue jitter, blur or solarisation.
-  ``scenarios/orchestra/cifar10_resnet18.yaml`` sets the crop scale and the jitter strengths it
-  can; the Fashion-MNIST scenarios (one channel) use the simulator's defaults.
+  T'); this simulator's batched augmentation has no blur or solarisation and resamples bilinearly.
+  ``scenarios/orchestra/cifar10_resnet18.yaml`` sets the crop scale, torchvision's crop boxes
+  (``crop_sampler``), the jitter strengths with hue and ColorJitter's random order; the
+  Fashion-MNIST scenarios (one channel) use the simulator's defaults.
 * Label skew of the Fashion-MNIST scenarios: Dirichlet(0.1 x prior) per class (``partition.
   scale_by_prior: true``, Hsu et al.'s definition, which the paper cites), about 1.6 classes a
   client; the paper's Table 4 counts those of Dirichlet(0.1) label skew without the prior (4.69

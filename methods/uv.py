@@ -38,8 +38,9 @@ above:
 * With labels (``labelled_fraction > 0``, :mod:`methods.semi_supervised`), the UV term covers every
   row of the batch, labelled ones included, as Eq. 13 writes; Algorithm 2 (Appendix C) applies it
   to the unlabelled rows only (about 10% more rows in the ``_semi10`` scenarios).
-* The CIFAR scenarios' colour distortion has no hue jitter (Appendix A: hue 0.1): the simulator's
-  batched augmentation has none.
+* The CIFAR scenarios' colour distortion jitters hue by 0.1 (Appendix A) in the simulator's fixed
+  order, with its uniform-area crops: the paper does not say how its crops and jitter order are
+  drawn (``augment.jitter_order: random`` and ``crop_sampler: torchvision`` give torchvision's).
 * Projector width: Appendix A's projectors have a hidden layer of 2048 units (128 outputs), as the
   CIFAR scenarios set; the Fashion-MNIST scenarios keep ``model.hidden_dim`` 512, a CPU-scale choice.
 * Rotation skew (covariate and joint shift; the partition's, not the method's): Appendix A draws each

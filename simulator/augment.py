@@ -4,6 +4,12 @@ Every random parameter is drawn for the whole batch at once, on CPU, from a
 caller-supplied ``torch.Generator`` and then moved to the images' device, so a
 given generator seed reproduces the output bit for bit and no Python loop runs
 per image.
+
+The defaults differ from torchvision's pipeline (the papers' reference code: SimCLR's, EasyFL's,
+FedSC's, Orchestra's) in three ways, each restored by a key: the crop's area stays uniform
+(``crop_sampler: torchvision`` draws torchvision's ``RandomResizedCrop`` boxes), the colour jitter
+runs in a fixed order (``jitter_order: random``: ``ColorJitter``'s random order per image) and has
+no hue (``hue``: ``ColorJitter``'s hue jitter, RGB only).
 """
 
 from __future__ import annotations
@@ -19,6 +25,17 @@ import torch.nn.functional as F
 LUMA_WEIGHTS = (0.299, 0.587, 0.114)
 
 
+# How a crop's box is drawn: "uniform_area" (the default): area and aspect ratio drawn once, the ratio
+# clamped to where that area fits; "torchvision": RandomResizedCrop.get_params' whole-pixel boxes, ten
+# draws and its central fallback.
+CROP_SAMPLERS = ("uniform_area", "torchvision")
+# The colour jitter's order: "fixed" (brightness, contrast, saturation, hue); "random": a random order
+# per image, as torchvision's ColorJitter draws one per call.
+JITTER_ORDERS = ("fixed", "random")
+JITTER_OPERATIONS = ("brightness", "contrast", "saturation", "hue")
+CROP_TRIES = 10  # torchvision's RandomResizedCrop draws before its central fallback
+
+
 @dataclass(frozen=True)
 class AugmentConfig:
     """Parameters of :class:`BatchAugment`: SimCLR's operations (no hue jitter), at milder defaults than
@@ -32,6 +49,9 @@ class AugmentConfig:
     contrast: float = 0.4
     saturation: float = 0.4  # ignored for 1-channel images
     grayscale_prob: float = 0.0  # ignored for 1-channel images
+    hue: float = 0.0  # hue shift drawn in [-hue, hue] (at most 0.5), as ColorJitter's; ignored for 1-channel images
+    crop_sampler: str = "uniform_area"  # one of CROP_SAMPLERS
+    jitter_order: str = "fixed"  # one of JITTER_ORDERS
 
     @classmethod
     def from_scenario(cls, section: dict) -> "AugmentConfig":
@@ -103,27 +123,13 @@ class BatchAugment:
         return images.clamp(0.0, 1.0)
 
     def _crop_theta(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Per-sample affine matrices ``[B,2,3]`` mapping output to input coordinates in [-1, 1].
-
-        Area fraction and log aspect ratio are drawn as in torchvision's
-        ``RandomResizedCrop``; the ratio is then clamped to the range in which
-        a crop of that area fits inside the image, instead of resampling. So the
-        area stays uniform in ``crop_scale``, where torchvision's up to ten redraws
-        reject large crops of extreme ratios: mean area 0.675 at (0.35, 1) against
-        torchvision's 0.627 (0.54 against 0.49 at (0.08, 1); 28 x 28), a milder crop. The
-        box is continuous; torchvision rounds it to whole pixels.
-        """
+        """Per-sample affine matrices ``[B,2,3]`` mapping output to input coordinates in [-1, 1]: the
+        crop's box (:func:`uniform_area_boxes` or :func:`torchvision_boxes`, by ``crop_sampler``) and
+        the flip."""
         cfg = self.config
         batch, _, height, width = images.shape
-        area = _uniform(*cfg.crop_scale, batch, generator)
-        log_ratio = _uniform(math.log(cfg.crop_ratio[0]), math.log(cfg.crop_ratio[1]), batch, generator)
-        # Aspect ratio of the crop relative to that of the image, so that
-        # half-extents below are fractions of the image width and height.
-        relative_ratio = (log_ratio.exp() * height / width).clamp(area, 1 / area)
-        half_width = (area * relative_ratio).sqrt().clamp(max=1.0)
-        half_height = (area / relative_ratio).sqrt().clamp(max=1.0)
-        centre_x = (1 - half_width) * _uniform(-1.0, 1.0, batch, generator)
-        centre_y = (1 - half_height) * _uniform(-1.0, 1.0, batch, generator)
+        sample_boxes = uniform_area_boxes if cfg.crop_sampler == "uniform_area" else torchvision_boxes
+        half_width, half_height, centre_x, centre_y = sample_boxes(cfg, batch, height, width, generator)
         flip = _bernoulli(cfg.flip_prob, batch, generator)
         zero = torch.zeros(batch)
         theta = torch.stack(
@@ -138,26 +144,153 @@ class BatchAugment:
     def _crop_and_flip(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Resample every image through its own crop/flip affine transform (bilinear). The output's
         outermost rows and columns sample up to half a source pixel beyond the box, where torchvision
-        crops, then resizes the crop alone (their interiors agree to 2e-6 on a box of whole pixels)."""
+        crops, then resizes the crop alone (their interiors agree to 5e-6 on a box of whole pixels: tests)."""
         theta = self._crop_theta(images, generator)
         grid = F.affine_grid(theta, list(images.shape), align_corners=False)
         return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
-    def _jitter(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Brightness, contrast and (RGB only) saturation jitter; factor 1 for samples not jittered."""
+    def jitter_draw(self, batch: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The colour jitter's random parameters for ``batch`` images: each operation's factor (1, or
+        a hue shift of 0, where an image is not jittered) and, with ``jitter_order: random``, ``order``
+        (``[B, 4]``: each image's order of :data:`JITTER_OPERATIONS`, a uniform permutation). The hue
+        and the order are drawn only where configured, so the defaults draw what they always drew."""
         cfg = self.config
-        batch = images.shape[0]
         applied = _bernoulli(cfg.jitter_prob, batch, generator)
 
-        def factors(strength: float) -> torch.Tensor:
-            drawn = _uniform(max(0.0, 1 - strength), 1 + strength, batch, generator)
-            return torch.where(applied, drawn, torch.ones(batch)).to(device=images.device, dtype=images.dtype)
+        def factors(low: float, high: float, neutral: float) -> torch.Tensor:
+            return torch.where(applied, _uniform(low, high, batch, generator), torch.full((batch,), neutral))
 
-        brightness, contrast, saturation = factors(cfg.brightness), factors(cfg.contrast), factors(cfg.saturation)
-        if not applied.any():
+        draw = {name: factors(max(0.0, 1 - strength), 1 + strength, 1.0)
+                for name, strength in (("brightness", cfg.brightness), ("contrast", cfg.contrast),
+                                       ("saturation", cfg.saturation))}
+        draw["applied"] = applied
+        if cfg.hue > 0:
+            draw["hue"] = factors(-cfg.hue, cfg.hue, 0.0)
+        if cfg.jitter_order == "random":
+            draw["order"] = torch.rand(batch, len(JITTER_OPERATIONS), generator=generator).argsort(dim=1)
+        return draw
+
+    def _jitter(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Brightness, contrast and (RGB only) saturation and hue jitter, as torchvision's adjustments,
+        in the fixed order or each image's own (:meth:`jitter_draw`)."""
+        draw = self.jitter_draw(images.shape[0], generator)
+        if not draw["applied"].any():
             return images
-        images = _blend(images, 0.0, brightness)
-        images = _blend(images, _luma(images).mean(dim=(1, 2, 3), keepdim=True), contrast)
-        if images.shape[1] == 3:
-            images = _blend(images, _luma(images), saturation)
+        factor = {name: value.to(device=images.device, dtype=images.dtype)
+                  for name, value in draw.items() if name in JITTER_OPERATIONS}
+        operations = [name for name in JITTER_OPERATIONS
+                      if name in factor and (images.shape[1] == 3 or name in ("brightness", "contrast"))]
+        if "order" not in draw:
+            for name in operations:
+                images = ADJUSTMENTS[name](images, factor[name])
+            return images
+        order = draw["order"].to(images.device)
+        for step in range(len(JITTER_OPERATIONS)):
+            for name in operations:
+                chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).view(-1, 1, 1, 1)
+                images = torch.where(chosen, ADJUSTMENTS[name](images, factor[name]), images)
         return images
+
+
+def uniform_area_boxes(cfg: AugmentConfig, batch: int, height: int, width: int, generator: torch.Generator):
+    """Crop boxes as (half width, half height, centre x, centre y), fractions of [-1, 1].
+
+    Area fraction and log aspect ratio are drawn as in torchvision's ``RandomResizedCrop``; the
+    ratio is then clamped to the range in which a crop of that area fits inside the image, instead
+    of resampling. So the area stays uniform in ``crop_scale``, where torchvision's up to ten redraws
+    reject large crops of extreme ratios: mean area 0.675 at (0.35, 1) against torchvision's 0.627
+    (0.54 against 0.49 at (0.08, 1); 28 x 28), a milder crop (:func:`torchvision_boxes` draws
+    torchvision's). The box is continuous; torchvision rounds it to whole pixels.
+    """
+    area = _uniform(*cfg.crop_scale, batch, generator)
+    log_ratio = _uniform(math.log(cfg.crop_ratio[0]), math.log(cfg.crop_ratio[1]), batch, generator)
+    # Aspect ratio of the crop relative to that of the image, so that
+    # half-extents below are fractions of the image width and height.
+    relative_ratio = (log_ratio.exp() * height / width).clamp(area, 1 / area)
+    half_width = (area * relative_ratio).sqrt().clamp(max=1.0)
+    half_height = (area / relative_ratio).sqrt().clamp(max=1.0)
+    centre_x = (1 - half_width) * _uniform(-1.0, 1.0, batch, generator)
+    centre_y = (1 - half_height) * _uniform(-1.0, 1.0, batch, generator)
+    return half_width, half_height, centre_x, centre_y
+
+
+def torchvision_pixel_boxes(cfg: AugmentConfig, batch: int, height: int, width: int,
+                            generator: torch.Generator) -> torch.Tensor:
+    """``[B, 4]`` boxes (top, left, box height, box width) in whole pixels, drawn as torchvision's
+    ``RandomResizedCrop.get_params`` draws one: up to :data:`CROP_TRIES` draws of area and log
+    aspect ratio, the first whose rounded box fits, placed uniformly; where none fits, the central
+    crop of the image with its ratio clamped to ``crop_ratio``. All draws are made for every image."""
+    area = height * width * _uniform(*cfg.crop_scale, batch * CROP_TRIES, generator).double().view(batch, -1)
+    low, high = math.log(cfg.crop_ratio[0]), math.log(cfg.crop_ratio[1])
+    ratio = _uniform(low, high, batch * CROP_TRIES, generator).double().view(batch, -1).exp()
+    box_w, box_h = (area * ratio).sqrt().round(), (area / ratio).sqrt().round()  # Python's round: half to even
+    fits = (box_w > 0) & (box_w <= width) & (box_h > 0) & (box_h <= height)
+    first = fits.long().argmax(dim=1, keepdim=True)
+    box_w, box_h = box_w.gather(1, first).squeeze(1), box_h.gather(1, first).squeeze(1)
+    image_ratio = width / height
+    if image_ratio < min(cfg.crop_ratio):
+        central = (width, round(width / min(cfg.crop_ratio)))
+    elif image_ratio > max(cfg.crop_ratio):
+        central = (round(height * max(cfg.crop_ratio)), height)
+    else:
+        central = (width, height)
+    fitted = fits.any(dim=1)
+    box_w = torch.where(fitted, box_w, float(central[0])).long()
+    box_h = torch.where(fitted, box_h, float(central[1])).long()
+    position = torch.rand(batch, 2, generator=generator).double()
+    top = torch.where(fitted, (position[:, 0] * (height - box_h + 1)).floor().long(), (height - box_h) // 2)
+    left = torch.where(fitted, (position[:, 1] * (width - box_w + 1)).floor().long(), (width - box_w) // 2)
+    return torch.stack([top, left, box_h, box_w], dim=1)
+
+
+def torchvision_boxes(cfg: AugmentConfig, batch: int, height: int, width: int, generator: torch.Generator):
+    """:func:`torchvision_pixel_boxes` as :func:`uniform_area_boxes` gives its boxes."""
+    top, left, box_h, box_w = torchvision_pixel_boxes(cfg, batch, height, width, generator).double().unbind(1)
+    return (box_w / width).float(), (box_h / height).float(), \
+        (-1 + (2 * left + box_w) / width).float(), (-1 + (2 * top + box_h) / height).float()
+
+
+def _brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``adjust_brightness``, a factor per image."""
+    return _blend(images, 0.0, factor)
+
+
+def _contrast(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``adjust_contrast``: the blend with the image's mean grayscale."""
+    return _blend(images, _luma(images).mean(dim=(1, 2, 3), keepdim=True), factor)
+
+
+def _saturation(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``adjust_saturation`` (RGB): the blend with the image's grayscale."""
+    return _blend(images, _luma(images), factor)
+
+
+def _hue(images: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``adjust_hue`` (RGB), a shift in [-0.5, 0.5] per image: the hue of HSV turned by
+    the shift, computed as torchvision computes it (its ``_rgb2hsv`` / ``_hsv2rgb``, after Pillow). An
+    image shifted by 0 (one not jittered) is returned as it is: the HSV round trip alone moves pixels."""
+    red, green, blue = images.unbind(dim=1)
+    value, low = images.max(dim=1).values, images.min(dim=1).values
+    grey = value == low
+    chroma = value - low
+    saturation = chroma / torch.where(grey, torch.ones_like(value), value)
+    divisor = torch.where(grey, torch.ones_like(chroma), chroma)
+    rc, gc, bc = (value - red) / divisor, (value - green) / divisor, (value - blue) / divisor
+    hue = ((value == red) * (bc - gc) + ((value == green) & (value != red)) * (2.0 + rc - bc)
+           + ((value != green) & (value != red)) * (4.0 + gc - rc))
+    hue = torch.fmod(hue / 6.0 + 1.0, 1.0)
+    hue = (hue + shift.view(-1, 1, 1)) % 1.0
+    sector = torch.floor(hue * 6.0)
+    within = hue * 6.0 - sector
+    p = (value * (1.0 - saturation)).clamp(0.0, 1.0)
+    q = (value * (1.0 - saturation * within)).clamp(0.0, 1.0)
+    t = (value * (1.0 - saturation * (1.0 - within))).clamp(0.0, 1.0)
+    sector = sector.to(torch.int32) % 6
+    mask = (sector.unsqueeze(1) == torch.arange(6, device=images.device).view(1, -1, 1, 1)).to(images.dtype)
+    channels = torch.stack([torch.stack(c, dim=1) for c in ((value, q, p, p, t, value), (t, value, value, q, p, p),
+                                                           (p, p, t, value, value, q))], dim=1)
+    shifted = (mask.unsqueeze(1) * channels).sum(dim=2)
+    return torch.where(shift.view(-1, 1, 1, 1) == 0, images, shifted)
+
+
+ADJUSTMENTS = {"brightness": _brightness, "contrast": _contrast, "saturation": _saturation, "hue": _hue}

@@ -38,7 +38,10 @@ DEFAULTS: dict[str, Any] = {
                  "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4,
                  "grad_clip_norm": 0.0, "drop_last": False, "centralized": False},
     "augment": {"crop_scale": [0.35, 1.0], "flip_prob": 0.5, "jitter_prob": 0.8,
-                "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0},
+                "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0,
+                # torchvision's pipeline, as the papers' reference code runs it (simulator/augment.py):
+                # hue jitter, ColorJitter's random order, RandomResizedCrop's boxes
+                "hue": 0.0, "jitter_order": "fixed", "crop_sampler": "uniform_area"},
     "eval": {"enabled": True, "every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
              "train_subset": None, "test_subset": None,
              # label-efficient protocol: kNN, probe (and fine-tuning when finetune_steps > 0) on a
@@ -84,7 +87,7 @@ NON_NEGATIVE = {"seed", "training.momentum", "training.weight_decay", "training.
                 "eval.finetune_steps",
                 "ray.worker.num_gpus", "augment.brightness",
                 "augment.contrast", "augment.saturation", "population.availability_spread",
-                "population.diurnal_amplitude", "population.over_selection"}
+                "population.diurnal_amplitude", "population.over_selection", "augment.hue"}
 # Floats that training or evaluation makes tensors of (float32): a larger one is an error, not torch's overflow.
 FLOAT32 = {"training.lr", "training.weight_decay", "augment.brightness", "augment.contrast", "augment.saturation",
            "eval.knn_temperature", "eval.finetune_lr"}
@@ -120,6 +123,7 @@ LARGEST_YAML = 10_000_000  # characters of a scenario or suite file (the shipped
 def choices() -> dict[str, tuple[str, ...]]:
     """Keys restricted to a set of names (imported lazily: they come from the packages); the
     ``method:`` section's are its method's ``param_rules``, ``method.name`` is checked first."""
+    from simulator.augment import CROP_SAMPLERS, JITTER_ORDERS
     from simulator.data.datasets import DATASETS
     from simulator.data.partition import DIRICHLET_FILLS, PARTITION_KINDS
     from simulator.models import ENCODERS, NORMS
@@ -131,6 +135,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "model.head_norm": ("none", "batch"),
         "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
         "ray.while_starting": ("driver", "wait"),
+        "augment.crop_sampler": CROP_SAMPLERS, "augment.jitter_order": JITTER_ORDERS,
     }
 
 
@@ -398,6 +403,9 @@ def check_values(scenario: dict, source: str) -> None:
     if not all(0 < f <= 1 for f in fractions) or len(set(map(fraction_suffix, fractions))) < len(fractions):
         raise ScenarioError(source, "eval.label_fractions",
                             f"expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got {fractions!r}")
+    if not scenario["augment"]["hue"] <= 0.5:
+        raise ScenarioError(source, "augment.hue", f"expected a number in [0, 0.5] (a hue shift drawn in [-hue, hue], "
+                                                   f"as torchvision's ColorJitter), got {scenario['augment']['hue']!r}")
     crop = scenario["augment"]["crop_scale"]
     if len(crop) != 2 or not 0 < crop[0] <= crop[1] <= 1:
         raise ScenarioError(source, "augment.crop_scale", f"expected [min, max] with 0 < min <= max <= 1, got {crop!r}")

@@ -96,7 +96,7 @@ def test_crops_sample_the_area_and_aspect_ratio_as_configured_and_stay_inside(he
     """The area fraction is uniform in ``scale`` and the log aspect ratio (width / height, in pixels)
     uniform in log ``ratio``, as torchvision's RandomResizedCrop draws them; the crop lies in the image.
     (torchvision's crops are smaller on average, its redraws rejecting large crops of extreme ratios:
-    mean area 0.49 at (0.08, 1) against 0.54 here; ``BatchAugment._crop_theta``.)"""
+    mean area 0.49 at (0.08, 1) against 0.54 here; ``uniform_area_boxes``; ``crop_sampler: torchvision`` draws theirs.)"""
     config = AugmentConfig(crop_scale=(0.08, 1.0), flip_prob=0.0)
     images = torch.zeros(1, 1, height, width).expand(20_000, -1, -1, -1)
     theta = BatchAugment(config)._crop_theta(images, seeded(0))
@@ -165,3 +165,116 @@ def test_a_jitter_strength_above_one_draws_factors_from_zero_never_below():
     out = BatchAugment(only(brightness=1.5))(images, seeded(0))[:, 0, 0, 0]
     assert out.min() > 0 and out.min() < 0.01
     assert torch.equal(out.max(), torch.tensor(1.0))  # f above 2 clamps
+
+
+def torchvision_box_draws(config: AugmentConfig, count: int, height: int, width: int) -> torch.Tensor:
+    """``[count, 4]`` boxes (top, left, box height, box width) of torchvision's own
+    ``RandomResizedCrop.get_params``, from torch's global generator seeded here."""
+    from torchvision.transforms import RandomResizedCrop
+    torch.manual_seed(0)
+    image = torch.zeros(1, height, width)
+    return torch.tensor([RandomResizedCrop.get_params(image, list(config.crop_scale), list(config.crop_ratio))
+                         for _ in range(count)])
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Half the l1 distance between the empirical distributions of two samples of integers."""
+    size = int(max(a.max(), b.max())) + 1
+    share_a, share_b = torch.bincount(a, minlength=size) / len(a), torch.bincount(b, minlength=size) / len(b)
+    return 0.5 * (share_a - share_b).abs().sum().item()
+
+
+@pytest.mark.parametrize("height, width, scale", [(28, 28, (0.35, 1.0)), (28, 28, (0.08, 1.0)), (24, 32, (0.6, 1.0))])
+def test_the_torchvision_crop_sampler_draws_the_boxes_torchvision_draws(height, width, scale):
+    """``crop_sampler: torchvision`` gives torchvision's ``RandomResizedCrop`` boxes: whole pixels
+    inside the image, the same distribution of box heights, widths and areas and of their places
+    (20,000 draws each; the uniform-area boxes, rounded, are 0.04-0.05 larger on average at
+    (0.35, 1) and (0.08, 1), torchvision's ten redraws rejecting large crops of extreme ratios)."""
+    from simulator.augment import torchvision_pixel_boxes
+    config = AugmentConfig(crop_scale=scale, crop_sampler="torchvision")
+    ours = torchvision_pixel_boxes(config, 20_000, height, width, seeded(0))
+    theirs = torchvision_box_draws(config, 20_000, height, width)
+    top, left, box_h, box_w = ours.unbind(1)
+    assert ((box_h >= 1) & (top >= 0) & (top + box_h <= height) & (box_w >= 1) & (left >= 0)
+            & (left + box_w <= width)).all()
+    for column in range(4):  # top, left, height, width
+        assert total_variation(ours[:, column], theirs[:, column]) < 0.03, column
+    area = (box_h * box_w).double() / (height * width)
+    their_area = (theirs[:, 2] * theirs[:, 3]).double() / (height * width)
+    assert abs(area.mean() - their_area.mean()) < 0.012  # 5 standard errors of the difference
+    assert abs((top + box_h / 2).double().mean() - (theirs[:, 0] + theirs[:, 2] / 2).double().mean()) < 0.1
+
+
+def test_the_torchvision_crop_sampler_falls_back_to_torchvision_s_central_crop():
+    """No draw fits (the whole area at ratios of 2 to 3 on a square image): every box is torchvision's
+    fallback, the central crop at the nearest ratio, 14 x 28 from row 7; with a ratio of 1/3 to 1/2,
+    28 x 14 from column 7."""
+    from simulator.augment import torchvision_pixel_boxes
+    for ratio, expected in (((2.0, 3.0), [7, 0, 14, 28]), ((1 / 3, 1 / 2), [0, 7, 28, 14])):
+        config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=ratio, crop_sampler="torchvision")
+        boxes = torchvision_pixel_boxes(config, 50, 28, 28, seeded(0))
+        assert boxes.tolist() == [expected] * 50 == torchvision_box_draws(config, 50, 28, 28).tolist()
+
+
+def test_a_torchvision_box_is_resampled_as_torchvision_s_resized_crop_inside_its_outer_pixels():
+    """The augmentation with ``crop_sampler: torchvision`` crops the box it draws: away from the
+    output's outermost rows and columns (where the simulator samples half a pixel beyond the box,
+    torchvision clamps to it) every pixel is torchvision's ``resized_crop`` of that box."""
+    import torchvision.transforms.functional as TF
+
+    from simulator.augment import torchvision_pixel_boxes
+    config = AugmentConfig(crop_scale=(0.08, 1.0), flip_prob=0.0, jitter_prob=0.0, crop_sampler="torchvision")
+    images = random_images(batch=32, channels=3, size=28)
+    out = BatchAugment(config)(images, seeded(4))
+    boxes = torchvision_pixel_boxes(config, 32, 28, 28, seeded(4))  # the augmentation's first draws
+    assert len(set(map(tuple, boxes.tolist()))) == 32
+    for image, augmented, (top, left, box_h, box_w) in zip(images, out, boxes.tolist()):
+        reference = TF.resized_crop(image, top, left, box_h, box_w, [28, 28], antialias=True)
+        torch.testing.assert_close(augmented[:, 1:-1, 1:-1], reference[:, 1:-1, 1:-1], atol=5e-6, rtol=0)
+
+
+def test_hue_jitter_is_torchvision_s_adjust_hue_with_a_shift_in_range():
+    """``hue: 0.1``: each jittered image is torchvision's ``adjust_hue`` of it by its drawn shift, the
+    shifts spread over [-0.1, 0.1]; an image not jittered is left exactly as it was; a grayscale
+    image has no hue."""
+    import torchvision.transforms.functional as TF
+    config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.7,
+                           brightness=0.0, contrast=0.0, saturation=0.0, hue=0.1)
+    images = random_images(batch=64)
+    augment = BatchAugment(config)
+    out = augment._jitter(images, seeded(0))
+    shifts = augment.jitter_draw(64, seeded(0))["hue"]
+    assert (shifts == 0).sum() == (~augment.jitter_draw(64, seeded(0))["applied"]).sum() > 5
+    assert -0.1 <= shifts.min() < -0.07 and 0.07 < shifts.max() <= 0.1
+    for image, augmented, shift in zip(images, out, shifts.tolist()):
+        if shift == 0:
+            assert torch.equal(augmented, image)
+        else:
+            torch.testing.assert_close(augmented, TF.adjust_hue(image, shift), atol=1e-6, rtol=0)
+            assert (augmented - image).abs().max() > 1e-3
+    gray = random_images(batch=8, channels=1)
+    assert torch.equal(augment._jitter(gray, seeded(0)), gray)
+
+
+def test_random_jitter_order_applies_each_image_s_operations_in_its_own_drawn_order():
+    """``jitter_order: random``: each image gets torchvision's four adjustments in its own order (all 24
+    orders drawn), which changes the result where the adjustments clamp; ``fixed`` keeps one order."""
+    import torchvision.transforms.functional as TF
+    strengths = {"brightness": 0.8, "contrast": 0.8, "saturation": 0.8, "hue": 0.2}
+    config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=1.0,
+                           jitter_order="random", **strengths)
+    images = random_images(batch=200)  # in [0, 1]: strong brightness and contrast clamp
+    augment = BatchAugment(config)
+    out = augment._jitter(images, seeded(0))
+    draw = augment.jitter_draw(200, seeded(0))
+    adjust = {"brightness": TF.adjust_brightness, "contrast": TF.adjust_contrast,
+              "saturation": TF.adjust_saturation, "hue": TF.adjust_hue}
+    names = ("brightness", "contrast", "saturation", "hue")
+    assert len(set(map(tuple, draw["order"].tolist()))) == 24
+    for index, (image, augmented) in enumerate(zip(images, out)):
+        reference = image
+        for operation in draw["order"][index].tolist():
+            reference = adjust[names[operation]](reference, draw[names[operation]][index].item())
+        torch.testing.assert_close(augmented, reference, atol=5e-4, rtol=0)  # luma 0.299 against 0.2989, compounded
+    fixed = BatchAugment(AugmentConfig(**{**config.__dict__, "jitter_order": "fixed"}))._jitter(images, seeded(0))
+    assert (fixed - out).flatten(1).abs().amax(dim=1).gt(1e-3).float().mean() > 0.5

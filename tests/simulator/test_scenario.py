@@ -73,6 +73,13 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"partition": {"fill": "sorted"}}, "partition.fill", "expected one of in_order, random_order, got 'sorted'"),
     ({"population": {"dropout": 1.5}}, "population.dropout", "probability"),
     ({"augment": {"crop_scale": [0.9, 0.2]}}, "augment.crop_scale", "0 < min <= max <= 1"),
+    ({"augment": {"hue": 0.6}}, "augment.hue", "expected a number in [0, 0.5] (a hue shift drawn in [-hue, hue], "
+     "as torchvision's ColorJitter), got 0.6"),
+    ({"augment": {"hue": -0.1}}, "augment.hue", "expected a non-negative number, got -0.1"),
+    ({"augment": {"crop_sampler": "pil"}}, "augment.crop_sampler",
+     "expected one of uniform_area, torchvision, got 'pil'"),
+    ({"augment": {"jitter_order": "shuffled"}}, "augment.jitter_order",
+     "expected one of fixed, random, got 'shuffled'"),
     ({"dataset": "fashion_mnist"}, "dataset", "expected a mapping"),
     ({"method": "byol"}, "method", "expected a mapping, got str"),
     ({"method": {"name": ["fedavg"]}}, "method.name", "expected one of fedavg"),
