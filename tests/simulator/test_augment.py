@@ -96,7 +96,8 @@ def test_crops_sample_the_area_and_aspect_ratio_as_configured_and_stay_inside(he
     """The area fraction is uniform in ``scale`` and the log aspect ratio (width / height, in pixels)
     uniform in log ``ratio``, as torchvision's RandomResizedCrop draws them; the crop lies in the image.
     (torchvision's crops are smaller on average, its redraws rejecting large crops of extreme ratios:
-    mean area 0.49 at (0.08, 1) against 0.54 here; ``uniform_area_boxes``; ``crop_sampler: torchvision`` draws theirs.)"""
+    mean area 0.49 at (0.08, 1) against 0.54 here; ``uniform_area_boxes``; ``crop_sampler: torchvision``
+    draws theirs.)"""
     config = AugmentConfig(crop_scale=(0.08, 1.0), flip_prob=0.0)
     images = torch.zeros(1, 1, height, width).expand(20_000, -1, -1, -1)
     theta = BatchAugment(config)._crop_theta(images, seeded(0))
