@@ -185,10 +185,10 @@ class BatchAugment:
                 images = ADJUSTMENTS[name](images, factor[name])
             return images
         order = draw["order"].to(images.device)
-        for step in range(len(JITTER_OPERATIONS)):
+        for step in range(len(JITTER_OPERATIONS)):  # each operation on the images that take it at this step
             for name in operations:
-                chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).view(-1, 1, 1, 1)
-                images = torch.where(chosen, ADJUSTMENTS[name](images, factor[name]), images)
+                chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1)
+                images = images.index_copy(0, chosen, ADJUSTMENTS[name](images[chosen], factor[name][chosen]))
         return images
 
 
