@@ -25,10 +25,6 @@ import torch.nn.functional as F
 LUMA_WEIGHTS = (0.299, 0.587, 0.114)
 
 
-# How a crop's box is drawn: "uniform_area" (the default): area and aspect ratio drawn once, the ratio
-# clamped to where that area fits; "torchvision": RandomResizedCrop.get_params' whole-pixel boxes, ten
-# draws and its central fallback.
-CROP_SAMPLERS = ("uniform_area", "torchvision")
 # The colour jitter's order: "fixed" (brightness, contrast, saturation, hue); "random": a random order
 # per image, as torchvision's ColorJitter draws one per call.
 JITTER_ORDERS = ("fixed", "random")
@@ -128,8 +124,8 @@ class BatchAugment:
         the flip."""
         cfg = self.config
         batch, _, height, width = images.shape
-        sample_boxes = uniform_area_boxes if cfg.crop_sampler == "uniform_area" else torchvision_boxes
-        half_width, half_height, centre_x, centre_y = sample_boxes(cfg, batch, height, width, generator)
+        half_width, half_height, centre_x, centre_y = CROP_SAMPLERS[cfg.crop_sampler](cfg, batch, height, width,
+                                                                                      generator)
         flip = _bernoulli(cfg.flip_prob, batch, generator)
         zero = torch.zeros(batch)
         theta = torch.stack(
@@ -142,9 +138,11 @@ class BatchAugment:
         return theta.to(device=images.device, dtype=images.dtype)
 
     def _crop_and_flip(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Resample every image through its own crop/flip affine transform (bilinear). The output's
-        outermost rows and columns sample up to half a source pixel beyond the box, where torchvision
-        crops, then resizes the crop alone (their interiors agree to 5e-6 on a box of whole pixels: tests)."""
+        """Resample every image through its own crop/flip affine transform (bilinear). Where an output
+        pixel's sample point lies inside the box, it is torchvision's ``resized_crop`` of a box of whole
+        pixels (to 3e-6); the outer ``ceil(H / 2h - 1/2)`` rows (and likewise columns) of an H-row output
+        from an h-row box sample up to half a source pixel beyond the box, where torchvision clamps to
+        its edge: one row where the box spans at least a third of the output, more for smaller boxes."""
         theta = self._crop_theta(images, generator)
         grid = F.affine_grid(theta, list(images.shape), align_corners=False)
         return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
@@ -293,4 +291,8 @@ def _hue(images: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     return torch.where(shift.view(-1, 1, 1, 1) == 0, images, shifted)
 
 
+# How a crop's box is drawn: "uniform_area" (the default): area and aspect ratio drawn once, the ratio
+# clamped to where that area fits; "torchvision": RandomResizedCrop.get_params' whole-pixel boxes, ten
+# draws and its central fallback.
+CROP_SAMPLERS = {"uniform_area": uniform_area_boxes, "torchvision": torchvision_boxes}
 ADJUSTMENTS = {"brightness": _brightness, "contrast": _contrast, "saturation": _saturation, "hue": _hue}

@@ -135,7 +135,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "model.head_norm": ("none", "batch"),
         "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
         "ray.while_starting": ("driver", "wait"),
-        "augment.crop_sampler": CROP_SAMPLERS, "augment.jitter_order": JITTER_ORDERS,
+        "augment.crop_sampler": tuple(CROP_SAMPLERS), "augment.jitter_order": JITTER_ORDERS,
     }
 
 
