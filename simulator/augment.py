@@ -182,10 +182,10 @@ class BatchAugment:
             for name in operations:
                 images = ADJUSTMENTS[name](images, factor[name])
             return images
-        order = draw["order"].to(images.device)
+        order = draw["order"]  # on the CPU: the indices are found there, no device sync per operation
         for step in range(len(JITTER_OPERATIONS)):  # each operation on the images that take it at this step
             for name in operations:
-                chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1)
+                chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1).to(images.device)
                 images = images.index_copy(0, chosen, ADJUSTMENTS[name](images[chosen], factor[name][chosen]))
         return images
 
