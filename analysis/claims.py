@@ -338,7 +338,9 @@ def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 # left every scenario's baseline bitwise unchanged): absent from an older record means this value.
 ABSENT_MEANS = {"training.drop_last": False, "method.within_class": True, "method.label_loss": True,
                 "partition.fill": "in_order", "augment.hue": 0.0, "augment.jitter_order": "fixed",
-                "augment.crop_sampler": "uniform_area"}
+                "augment.crop_sampler": "uniform_area", "augment.interpolation": "bilinear", "augment.blur_prob": 0.0,
+                "augment.blur_sigma": [0.1, 2.0], "augment.blur_kernel": 3, "augment.solarize_prob": 0.0,
+                "augment_prime": {}}
 
 
 def record_differences(stored: dict, resolved: dict) -> list[str]:

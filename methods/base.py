@@ -140,7 +140,15 @@ class Method:
         self.spec = spec
         self.check_params(scenario["method"], scenario)
         self.config = self.Params.from_config(scenario["method"])
-        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])  # the clients' views
+        self.augment_config = AugmentConfig.from_scenario(scenario["augment"])  # the clients' views (T)
+        # a second view's (T', of a method that draws one: :meth:`second_view`): augment_prime's keys changed
+        self.augment_prime_config = AugmentConfig.from_scenario({**scenario["augment"], **scenario["augment_prime"]})
+
+    @classmethod
+    def second_view(cls, config: Params) -> bool:
+        """Whether local training augments a second view of a sample, T' (``augment_prime``), beside
+        T (``augment``) under the method's parameters ``config`` (not here)."""
+        return False
 
     @classmethod
     def param_rules(cls, config: Params, scenario: Mapping[str, Any]) -> list[Rule]:

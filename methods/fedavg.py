@@ -75,7 +75,7 @@ from methods.extension import Extension
 from methods.local_training import Workspace, copy_into
 from methods.networks import build_networks, global_eval_network, make_workspace
 from methods.objective_step import train_objective
-from methods.objectives import OBJECTIVES, Objective, build_objective
+from methods.objectives import OBJECTIVES, Objective, build_objective, draws_two_views
 from methods.params import ServerOptimizerParams, server_optimizer_rules
 from methods.semi_supervised import SemiSupervised, SemiSupervisedParams
 from methods.uv import UV, UVParams
@@ -120,6 +120,10 @@ class FedAvg(Method):
         ]
 
     @classmethod
+    def second_view(cls, config):
+        return draws_two_views(config.objective)
+
+    @classmethod
     def labelled_train_indices(cls, scenario, partition):
         for extension in EXTENSIONS:
             indices = extension.labelled_train_indices(scenario, partition)
@@ -160,7 +164,7 @@ class FedAvg(Method):
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):
         parts = {extension.name: extension.make_part(device) for extension in self.extensions}
-        return make_workspace(*self.build_networks(), self.augment_config, device, parts)
+        return make_workspace(*self.build_networks(), (self.augment_config, self.augment_prime_config), device, parts)
 
     def client_objective(self, workspace: Workspace, extra: dict[str, Any] | None, ctx: RoundContext) -> Objective:
         """The objective this client trains this round (the method's own here)."""

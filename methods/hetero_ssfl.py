@@ -97,9 +97,9 @@ from methods.losses.cka import center_kernel, cka_alignment_loss, linear_cka, li
 from methods.networks import build_networks, make_workspace
 from methods.objective_step import train_objective
 from methods.params import Params, records
-from methods.objectives import Objective, build_objective, objectives_with, project
+from methods.objectives import Objective, build_objective, draws_two_views, objectives_with, project
 from methods.weight_averaging import flat_state
-from simulator.augment import BatchAugment, to_float
+from simulator.augment import to_float
 from simulator.context import RoundContext, derive_seed
 from simulator.evaluation.metrics import extract_features
 from simulator.models import ENCODERS
@@ -187,7 +187,8 @@ class RadSSL(RadBatches):
     def rad_loss(self):
         images = self.rad[self.rows()]
         space = self.workspace
-        views = [space.augment(images, self.augment_generator) for _ in range(self.objective.num_views)]
+        views = [augment(images, self.augment_generator) for augment in (space.augment, space.augment_prime)
+                 [:self.objective.num_views]]
         return self.objective.rows_loss(self.objective.embed(space.online, space.target, views), None)
 
 
@@ -219,6 +220,10 @@ class HeteroSSFL(Method):
     def client_pool(self, client_id: int) -> str:
         """Clients run in the worker pool named after their tier's encoder (e.g. ``large_cnn``)."""
         return self.tiers[self.client_tier[client_id]].encoder
+
+    @classmethod
+    def second_view(cls, config):
+        return draws_two_views(config.objective)
 
     @classmethod
     def param_rules(cls, config, scenario):
@@ -328,8 +333,8 @@ class HeteroSSFL(Method):
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):
         """One preallocated set of networks per tier (any initial values: restored before use)."""
-        augment = BatchAugment(self.augment_config)
-        return [make_workspace(*self.client_networks(tier, -1), augment, device) for tier in range(len(self.tiers))]
+        views = (self.augment_config, self.augment_prime_config)
+        return [make_workspace(*self.client_networks(tier, -1), views, device) for tier in range(len(self.tiers))]
 
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
         cid = data.client_id

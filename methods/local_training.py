@@ -22,7 +22,8 @@ class Workspace:
     online: nn.ModuleDict
     target: nn.ModuleDict | None
     slots: dict[str, Tensor]  # flat name -> tensor of the networks' state, written in place
-    augment: BatchAugment
+    augment: BatchAugment  # a sample's (first) view, T
+    augment_prime: BatchAugment  # its second view, T', where the method draws one (Method.second_view)
     device: torch.device
     parts: dict[str, Any] = field(default_factory=dict)  # extensions' client-side modules, by name
 

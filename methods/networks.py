@@ -43,15 +43,14 @@ def build_networks(networks: Networks, scenario: Mapping[str, Any], spec: DataSp
     return online, target
 
 
-def make_workspace(online: nn.ModuleDict, target: nn.ModuleDict | None, augment: AugmentConfig | BatchAugment,
+def make_workspace(online: nn.ModuleDict, target: nn.ModuleDict | None, views: tuple[AugmentConfig, AugmentConfig],
                    device: torch.device, parts: dict[str, Any] | None = None) -> Workspace:
-    """A worker's workspace around networks it owns, moved to ``device``."""
+    """A worker's workspace around networks it owns, moved to ``device``; ``views``: the augmentations
+    of a sample's first and second views (T and T')."""
     online.to(device)
     if target is not None:
         target.to(device)
-    if isinstance(augment, AugmentConfig):
-        augment = BatchAugment(augment)
-    return Workspace(online, target, flat_state(online, target), augment, device, parts or {})
+    return Workspace(online, target, flat_state(online, target), *map(BatchAugment, views), device, parts or {})
 
 
 def global_eval_network(networks: Networks, scenario: Mapping[str, Any], spec: DataSpec,

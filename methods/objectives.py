@@ -179,6 +179,11 @@ def objectives_with(**capabilities: bool) -> list[str]:
             if all(getattr(cls, key) == value for key, value in capabilities.items())]
 
 
+def draws_two_views(name: str) -> bool:
+    """Whether the objective ``name`` augments two views of a sample (T and T'; False for an unknown name)."""
+    return name in OBJECTIVES and OBJECTIVES[name].num_views == 2
+
+
 def build_objective(config: Params, scenario: Mapping[str, Any], num_classes: int) -> Objective:
     """The objective named by ``config.objective``, for the scenario's model widths."""
     return OBJECTIVES[config.objective](config, scenario["model"], num_classes)

@@ -219,6 +219,10 @@ class Orchestra(Method):
     Params = OrchestraParams
 
     @classmethod
+    def second_view(cls, config):
+        return True  # the online model's view, T' (the reference's transform_prime)
+
+    @classmethod
     def param_rules(cls, config, scenario):
         c = config
         integers = ("num_global_clusters", "num_local_clusters", "memory_size", "clustering_iterations",
@@ -282,7 +286,7 @@ class Orchestra(Method):
 
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):
-        return make_workspace(*self.build_networks(), self.augment_config, device)
+        return make_workspace(*self.build_networks(), (self.augment_config, self.augment_prime_config), device)
 
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
         copy_into(workspace.slots, broadcast["weights"])
@@ -344,7 +348,7 @@ class Orchestra(Method):
         online = workspace.online
         reference_views = self.config.reference_views
         target_view = workspace.augment(x, generator) if reference_views else x
-        online_view = workspace.augment(x, generator)
+        online_view = workspace.augment_prime(x, generator)
         with torch.no_grad():
             z_target = F.normalize(project(self.assignment_model(workspace), target_view), dim=1)
         z_online = project(online, online_view)

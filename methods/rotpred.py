@@ -74,7 +74,7 @@ class RotPred(Method):
 
     # ---- client side -------------------------------------------------------------------------
     def make_workspace(self, device):
-        return make_workspace(*self.build_networks(), self.augment_config, device)
+        return make_workspace(*self.build_networks(), (self.augment_config, self.augment_config), device)
 
     def client_update(self, workspace, broadcast, extra, data, ctx, client_state=None):
         copy_into(workspace.slots, broadcast["weights"])

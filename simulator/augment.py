@@ -6,10 +6,12 @@ given generator seed reproduces the output bit for bit and no Python loop runs
 per image.
 
 The defaults differ from torchvision's pipeline (the papers' reference code: SimCLR's, EasyFL's,
-FedSC's, Orchestra's) in three ways, each restored by a key: the crop's area stays uniform
-(``crop_sampler: torchvision`` draws torchvision's ``RandomResizedCrop`` boxes), the colour jitter
+FedSC's, Orchestra's) in ways each restored by a key: the crop's area stays uniform
+(``crop_sampler: torchvision`` draws torchvision's ``RandomResizedCrop`` boxes) and is resampled
+bilinearly (``interpolation: bicubic``: its antialiased bicubic resize, Orchestra's), the colour jitter
 runs in a fixed order (``jitter_order: random``: ``ColorJitter``'s random order per image) and has
-no hue (``hue``: ``ColorJitter``'s hue jitter, RGB only).
+no hue (``hue``: ``ColorJitter``'s hue jitter, RGB only), and nothing blurs or solarises
+(``blur_prob``: torchvision's ``GaussianBlur``; ``solarize_prob``: Pillow's ``ImageOps.solarize``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ LUMA_WEIGHTS = (0.299, 0.587, 0.114)
 JITTER_ORDERS = ("fixed", "random")
 JITTER_OPERATIONS = ("brightness", "contrast", "saturation", "hue")
 CROP_TRIES = 10  # torchvision's RandomResizedCrop draws before its central fallback
+INTERPOLATIONS = ("bilinear", "bicubic")  # how a crop is resampled to the image's size
+# Pillow's ImageOps.solarize inverts the pixels of 128 and above (of 255): the reference code's Solarization.
+SOLARIZE_THRESHOLD = 128 / 255
+BICUBIC_A = -0.5  # Keys' cubic of torchvision's antialiased bicubic resize (and Pillow's); grid_sample's is -0.75
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,11 @@ class AugmentConfig:
     hue: float = 0.0  # hue shift drawn in [-hue, hue] (at most 0.5), as ColorJitter's; ignored for 1-channel images
     crop_sampler: str = "uniform_area"  # one of CROP_SAMPLERS
     jitter_order: str = "fixed"  # one of JITTER_ORDERS
+    interpolation: str = "bilinear"  # one of INTERPOLATIONS
+    blur_prob: float = 0.0  # torchvision's GaussianBlur, applied with this probability
+    blur_sigma: tuple[float, float] = (0.1, 2.0)  # its standard deviation, drawn uniformly per image
+    blur_kernel: int = 3  # its odd kernel size
+    solarize_prob: float = 0.0  # solarisation (pixels >= SOLARIZE_THRESHOLD inverted) with this probability
 
     @classmethod
     def from_scenario(cls, section: dict) -> "AugmentConfig":
@@ -98,11 +109,12 @@ def _blend(images: torch.Tensor, other: torch.Tensor | float, factor: torch.Tens
 
 
 class BatchAugment:
-    """Random resized crop, horizontal flip, colour jitter and grayscale for a batch.
+    """Random resized crop, horizontal flip, colour jitter, grayscale, Gaussian blur and solarisation
+    for a batch, in that order (the reference code's).
 
-    Crop and flip are one ``affine_grid`` + ``grid_sample`` over the batch; the
-    colour operations are per-sample blends as in torchvision's ``ColorJitter``
-    (applied in the fixed order brightness, contrast, saturation).
+    Crop and flip are one ``affine_grid`` + ``grid_sample`` over the batch (bilinear) or one product
+    with each image's resampling matrices (bicubic); the colour operations are per-sample blends as in
+    torchvision's ``ColorJitter``; the blur is one grouped convolution with each image's kernel.
     """
 
     def __init__(self, config: AugmentConfig):
@@ -116,17 +128,18 @@ class BatchAugment:
             gray = _bernoulli(self.config.grayscale_prob, images.shape[0], generator)
             gray = gray.to(images.device).view(-1, 1, 1, 1)
             images = torch.where(gray, _luma(images).expand_as(images), images)
+        if self.config.blur_prob > 0:  # drawn only where configured: the defaults draw what they always drew
+            images = self._blur(images, generator)
+        if self.config.solarize_prob > 0:
+            solarized = _bernoulli(self.config.solarize_prob, images.shape[0], generator).to(images.device)
+            images = torch.where(solarized.view(-1, 1, 1, 1), solarize(images), images)
         return images.clamp(0.0, 1.0)
 
     def _crop_theta(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Per-sample affine matrices ``[B,2,3]`` mapping output to input coordinates in [-1, 1]: the
-        crop's box (:func:`uniform_area_boxes` or :func:`torchvision_boxes`, by ``crop_sampler``) and
-        the flip."""
-        cfg = self.config
-        batch, _, height, width = images.shape
-        half_width, half_height, centre_x, centre_y = CROP_SAMPLERS[cfg.crop_sampler](cfg, batch, height, width,
-                                                                                      generator)
-        flip = _bernoulli(cfg.flip_prob, batch, generator)
+        crop's box and the flip (:meth:`_crop_draw`)."""
+        (half_width, half_height, centre_x, centre_y), flip = self._crop_draw(images, generator)
+        batch = images.shape[0]
         zero = torch.zeros(batch)
         theta = torch.stack(
             [
@@ -137,12 +150,23 @@ class BatchAugment:
         )
         return theta.to(device=images.device, dtype=images.dtype)
 
+    def _crop_draw(self, images: torch.Tensor, generator: torch.Generator):
+        """Each image's box as (half width, half height, centre x, centre y), fractions of [-1, 1]
+        (:func:`uniform_area_boxes` or :func:`torchvision_boxes`, by ``crop_sampler``), and its flip."""
+        cfg = self.config
+        batch, _, height, width = images.shape
+        box = CROP_SAMPLERS[cfg.crop_sampler](cfg, batch, height, width, generator)
+        return box, _bernoulli(cfg.flip_prob, batch, generator)
+
     def _crop_and_flip(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Resample every image through its own crop/flip affine transform (bilinear). Where an output
+        """Resample every image through its own crop and flip: bilinear (below) or, with
+        ``interpolation: bicubic``, :func:`bicubic_crop`. Bilinear: where an output
         pixel's sample point lies inside the box, it is torchvision's ``resized_crop`` of a box of whole
         pixels (to 3e-6); the outer ``ceil(H / 2h - 1/2)`` rows (and likewise columns) of an H-row output
         from an h-row box sample up to half a source pixel beyond the box, where torchvision clamps to
         its edge: one row where the box spans at least a third of the output, more for smaller boxes."""
+        if self.config.interpolation == "bicubic":
+            return bicubic_crop(images, *self._crop_draw(images, generator))
         theta = self._crop_theta(images, generator)
         grid = F.affine_grid(theta, list(images.shape), align_corners=False)
         return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
@@ -188,6 +212,79 @@ class BatchAugment:
                 chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1).to(images.device)
                 images = images.index_copy(0, chosen, ADJUSTMENTS[name](images[chosen], factor[name][chosen]))
         return images
+
+
+    def _blur(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """torchvision's ``GaussianBlur`` on the images drawn (``blur_prob``), each with its own sigma."""
+        cfg = self.config
+        blurred = _bernoulli(cfg.blur_prob, images.shape[0], generator)
+        sigma = _uniform(*cfg.blur_sigma, images.shape[0], generator)
+        chosen = blurred.nonzero().squeeze(1)  # on the CPU, as the draws
+        if len(chosen) == 0:
+            return images
+        smoothed = gaussian_blur(images[chosen.to(images.device)], sigma[chosen], cfg.blur_kernel)
+        return images.index_copy(0, chosen.to(images.device), smoothed)
+
+
+def gaussian_blur(images: torch.Tensor, sigma: torch.Tensor, kernel_size: int) -> torch.Tensor:
+    """torchvision's ``gaussian_blur`` of each image ``[B,C,H,W]`` with its own ``sigma`` ``[B]``: the
+    normalised Gaussian on ``kernel_size`` points spaced one pixel apart, in both directions, reflect
+    padding; one grouped convolution for the batch."""
+    batch, channels, height, width = images.shape
+    offsets = torch.linspace(-(kernel_size - 1) / 2, (kernel_size - 1) / 2, kernel_size, dtype=images.dtype)
+    profile = torch.exp(-0.5 * (offsets / sigma.to(images.dtype).view(-1, 1)) ** 2)
+    profile = profile / profile.sum(dim=1, keepdim=True)  # [B, k]
+    kernels = (profile.unsqueeze(2) * profile.unsqueeze(1)).to(images.device)  # [B, k, k]: vertical x horizontal
+    weight = kernels.repeat_interleave(channels, dim=0).unsqueeze(1)  # [B*C, 1, k, k]
+    pad = kernel_size // 2
+    padded = F.pad(images.reshape(1, batch * channels, height, width), [pad] * 4, mode="reflect")
+    return F.conv2d(padded, weight, groups=batch * channels).view(batch, channels, height, width)
+
+
+def solarize(images: torch.Tensor) -> torch.Tensor:
+    """Pillow's ``ImageOps.solarize`` of float images: each pixel of :data:`SOLARIZE_THRESHOLD` or
+    above inverted."""
+    return torch.where(images >= SOLARIZE_THRESHOLD, 1 - images, images)
+
+
+def _keys_cubic(distance: torch.Tensor) -> torch.Tensor:
+    """Keys' cubic convolution kernel with ``a`` = :data:`BICUBIC_A`, zero from distance 2."""
+    a, x = BICUBIC_A, distance.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
+def bicubic_weights(start: torch.Tensor, length: torch.Tensor, size: int) -> torch.Tensor:
+    """``[B, size, size]`` matrices resampling, along one axis of ``size`` pixels, each image's box
+    ``[start, start + length)`` (pixels, float64) to ``size`` pixels as torch's antialiased bicubic
+    ``interpolate`` of the cropped box does: output pixel i centred at ``start + (i + 1/2) length /
+    size``, the weights of the pixels whose centres lie in the box normalised to sum to 1 (the pixel
+    under the box's centre always counts). A box never exceeds the image, so the resize only enlarges,
+    where antialiasing (a kernel stretched by the scale) changes nothing."""
+    scale = (length / size).view(-1, 1, 1)
+    centres = start.view(-1, 1, 1) + scale * (torch.arange(size, dtype=torch.float64).view(1, -1, 1) + 0.5)
+    pixels = torch.arange(size, dtype=torch.float64).view(1, 1, -1) + 0.5
+    start, end = start.view(-1, 1, 1), (start + length).view(-1, 1, 1)
+    middle = ((start + end) / 2).floor().clamp(0, size - 1)
+    inside = ((pixels > start) & (pixels < end)) | (pixels.floor() == middle)
+    weights = _keys_cubic(pixels - centres) * inside
+    return weights / weights.sum(dim=2, keepdim=True)
+
+
+def bicubic_crop(images: torch.Tensor, box, flip: torch.Tensor) -> torch.Tensor:
+    """Each image's box (half width, half height, centre x, centre y; fractions of [-1, 1]) resized to
+    the image's size by :func:`bicubic_weights` along both axes, then flipped horizontally where
+    ``flip``: for a box of whole pixels, torchvision's ``resized_crop`` with ``BICUBIC`` and
+    ``antialias=True`` (``RandomResizedCrop(..., interpolation=BICUBIC)``; Pillow's resize of that
+    box agrees up to its uint8 rounding)."""
+    half_width, half_height, centre_x, centre_y = (part.double() for part in box)
+    height, width = images.shape[-2:]
+    rows = bicubic_weights((centre_y - half_height + 1) * height / 2, half_height * height, height)
+    columns = bicubic_weights((centre_x - half_width + 1) * width / 2, half_width * width, width)
+    columns = torch.where(flip.view(-1, 1, 1), columns.flip(1), columns)
+    rows, columns = (m.to(device=images.device, dtype=images.dtype) for m in (rows, columns))
+    return torch.einsum("boh,bchw,bpw->bcop", rows, images, columns)
 
 
 def uniform_area_boxes(cfg: AugmentConfig, batch: int, height: int, width: int, generator: torch.Generator):

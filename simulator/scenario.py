@@ -37,11 +37,17 @@ DEFAULTS: dict[str, Any] = {
     "training": {"rounds": 50, "local_epochs": 1, "batch_size": 32, "lr": 0.05,
                  "lr_schedule": "constant", "momentum": 0.9, "weight_decay": 5e-4,
                  "grad_clip_norm": 0.0, "drop_last": False, "centralized": False},
+    # augment_prime: the keys of augment that differ for a sample's second view (T') where the method
+    # draws one (methods.base.Method.second_view), e.g. Orchestra's reference blurs less and solarises it
+    "augment_prime": {},
     "augment": {"crop_scale": [0.35, 1.0], "flip_prob": 0.5, "jitter_prob": 0.8,
                 "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "grayscale_prob": 0.0,
                 # torchvision's pipeline, as the papers' reference code runs it (simulator/augment.py):
                 # hue jitter, ColorJitter's random order, RandomResizedCrop's boxes
-                "hue": 0.0, "jitter_order": "fixed", "crop_sampler": "uniform_area"},
+                "hue": 0.0, "jitter_order": "fixed", "crop_sampler": "uniform_area",
+                # the crop's antialiased bicubic resize, GaussianBlur, solarisation
+                "interpolation": "bilinear", "blur_prob": 0.0, "blur_sigma": [0.1, 2.0], "blur_kernel": 3,
+                "solarize_prob": 0.0},
     "eval": {"enabled": True, "every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
              "train_subset": None, "test_subset": None,
              # label-efficient protocol: kNN, probe (and fine-tuning when finetune_steps > 0) on a
@@ -95,8 +101,11 @@ MAX_NAME_BYTES = 200  # a run directory is NAME-YYYYmmdd-HHMMSS[-N]: 255 bytes a
 # The kNN monitor weighs a neighbour by exp(cosine similarity / T) in float32: below this T, exp(1 / T) is
 # infinite and every near neighbour's vote ties at infinity (float32's largest exponent is 88.72).
 KNN_MIN_TEMPERATURE = 0.0113
+# A Gaussian blur's kernel: its reflect padding, half of it, must stay below the smallest images' side (28).
+MAX_BLUR_KERNEL = 55
+MIN_BLUR_SIGMA = 1e-6  # a blur's standard deviation (pixels), of which float32 keeps a non-zero value
 PROBABILITIES = {"population.dropout", "population.availability", "augment.flip_prob", "augment.jitter_prob",
-                 "augment.grayscale_prob"}
+                 "augment.grayscale_prob", "augment.blur_prob", "augment.solarize_prob"}
 
 
 def fraction_suffix(fraction: float) -> str:
@@ -123,7 +132,7 @@ LARGEST_YAML = 10_000_000  # characters of a scenario or suite file (the shipped
 def choices() -> dict[str, tuple[str, ...]]:
     """Keys restricted to a set of names (imported lazily: they come from the packages); the
     ``method:`` section's are its method's ``param_rules``, ``method.name`` is checked first."""
-    from simulator.augment import CROP_SAMPLERS, JITTER_ORDERS
+    from simulator.augment import CROP_SAMPLERS, INTERPOLATIONS, JITTER_ORDERS
     from simulator.data.datasets import DATASETS
     from simulator.data.partition import DIRICHLET_FILLS, PARTITION_KINDS
     from simulator.models import ENCODERS, NORMS
@@ -136,6 +145,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
         "ray.while_starting": ("driver", "wait"),
         "augment.crop_sampler": tuple(CROP_SAMPLERS), "augment.jitter_order": JITTER_ORDERS,
+        "augment.interpolation": INTERPOLATIONS,
     }
 
 
@@ -271,17 +281,36 @@ def resolve(raw: dict, source: str = "<scenario>") -> dict[str, Any]:
     if not isinstance(method_name, str) or method_name not in METHODS:
         raise ScenarioError(source, "method.name", f"expected one of {', '.join(METHODS)}, got {method_name!r}")
     defaults["method"].update(copy.deepcopy(METHODS[method_name].params))
-    scenario = merge(defaults, raw, source, "")
+    scenario = merge(defaults, {k: v for k, v in raw.items() if k != "augment_prime"}, source, "")
+    scenario["augment_prime"] = second_view_changes(scenario["augment"], raw.get("augment_prime"), source)
     check_values(scenario, source)
+    try:  # the second view's augmentation is checked as the first is, its keys named as written
+        check_values({**scenario, "augment": {**scenario["augment"], **scenario["augment_prime"]}}, source)
+    except ScenarioError as err:
+        raise ScenarioError(source, err.key.replace("augment.", "augment_prime.", 1), err.message) from None
     from methods.base import ParamError
     try:
         METHODS[method_name].check_params(scenario["method"], scenario)
     except ParamError as err:
         raise ScenarioError(source, f"method.{err.key}", err.message) from None
+    method = METHODS[method_name]
+    if scenario["augment_prime"] and not method.second_view(method.Params.from_config(scenario["method"])):
+        raise ScenarioError(source, "augment_prime", f"expected no keys: method {method_name} with these parameters "
+                                                     f"augments one view of a sample (augment), got "
+                                                     f"{', '.join(scenario['augment_prime'])}")
     if scenario["training"]["centralized"] and not METHODS[method_name].centralizable:
         raise ScenarioError(source, "training.centralized", f"expected false for method {method_name} (one "
                             "client holding the union stands in only for a method without per-client state)")
     return scenario
+
+
+def second_view_changes(augment: dict, changes: Any, source: str) -> dict:
+    """``augment_prime`` (null: none), type-checked against the resolved ``augment`` section: the keys
+    written, with their values."""
+    if changes is None:
+        return {}
+    merged = merge(augment, changes, source, "augment_prime.")
+    return {key: merged[key] for key in changes}
 
 
 def merge(defaults: dict, raw: Any, source: str, prefix: str) -> dict:
@@ -409,6 +438,15 @@ def check_values(scenario: dict, source: str) -> None:
     crop = scenario["augment"]["crop_scale"]
     if len(crop) != 2 or not 0 < crop[0] <= crop[1] <= 1:
         raise ScenarioError(source, "augment.crop_scale", f"expected [min, max] with 0 < min <= max <= 1, got {crop!r}")
+    sigma = scenario["augment"]["blur_sigma"]
+    if len(sigma) != 2 or not MIN_BLUR_SIGMA <= sigma[0] <= sigma[1] < math.inf:
+        raise ScenarioError(source, "augment.blur_sigma", f"expected [min, max] with {MIN_BLUR_SIGMA} <= min <= max "
+                                                          f"(the blur's standard deviation in pixels), got {sigma!r}")
+    kernel = scenario["augment"]["blur_kernel"]
+    if not (kernel % 2 == 1 and 0 < kernel <= MAX_BLUR_KERNEL):
+        raise ScenarioError(source, "augment.blur_kernel", f"expected an odd integer from 1 to {MAX_BLUR_KERNEL} "
+                                                           f"(its reflect padding, half of it, must stay below "
+                                                           f"the images' side, 28 pixels at least), got {kernel!r}")
     if population["availability_trace"] is not None:
         check_trace(population["availability_trace"], population["num_clients"], source)
 

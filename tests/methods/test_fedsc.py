@@ -225,16 +225,18 @@ def scale_projections(method, weights, images, median_norm):
 
 
 def record_views(workspace):
-    """Wrap the workspace's augmentation: every call's input batch, output views and the generator's
-    state after it."""
-    calls, augment = [], workspace.augment
+    """Wrap the workspace's augmentations (of first and second views): every call's input batch, output
+    views and the generator's state after it."""
+    calls = []
 
-    def recording(batch, generator):
-        views = augment(batch, generator)
-        calls.append((batch.clone(), views.clone(), generator.get_state()))
-        return views
+    def recording(augment):
+        def augmented(batch, generator):
+            views = augment(batch, generator)
+            calls.append((batch.clone(), views.clone(), generator.get_state()))
+            return views
+        return augmented
 
-    workspace.augment = recording
+    workspace.augment, workspace.augment_prime = recording(workspace.augment), recording(workspace.augment_prime)
     return calls
 
 

@@ -132,10 +132,10 @@ def hand_step(method, scenario, networks, cid, ctx, rad, kbar):
     (``rad_term: ssl``), the RAD term only when there is a ``kbar``."""
     config, training = method.config, scenario["training"]
     online, target = load_networks(method, networks, cid)
-    augment = BatchAugment(method.augment_config)
+    augments = BatchAugment(method.augment_config), BatchAugment(method.augment_prime_config)  # T, T'
     generator = ctx.client_generator(cid)
     images = to_float(load_client(cid)[0])[torch.randperm(10, generator=generator)]
-    views = [augment(images, generator) for _ in range(2)]
+    views = [augment(images, generator) for augment in augments]
     loss = hand_ssl(config.objective, online, target, *views)
     if kbar is not None:
         rows = torch.randperm(len(rad), generator=ctx.client_generator(cid, "rad"))[:config.rad_batch_size]
@@ -144,7 +144,7 @@ def hand_step(method, scenario, networks, cid, ctx, rad, kbar):
             term = 1 - hand_cka(heads(online, batch)[1], kbar[rows][:, rows])
         else:
             rad_generator = ctx.client_generator(cid, "rad-augment")
-            rad_views = [augment(batch, rad_generator) for _ in range(2)]
+            rad_views = [augment(batch, rad_generator) for augment in augments]
             term = hand_ssl(config.objective, online, target, *rad_views)
         loss = loss + config.mu * term
     names, parameters = zip(*online.named_parameters())
@@ -252,7 +252,9 @@ def test_alignment_term_sign_and_gradient_inside_the_method(synthetic_raw, head_
 
 
 def test_control_trains_on_the_rad_images_without_alignment(synthetic_raw):
-    """``rad_term: ssl``: + mu l_SSL(two augmented views of the same RAD rows), no Kbar in the loss."""
+    """``rad_term: ssl``: + mu l_SSL(two augmented views of the same RAD rows, by ``augment`` and
+    ``augment_prime``), no Kbar in the loss."""
+    synthetic_raw["augment_prime"] = {"solarize_prob": 0.5}
     scenario, method = make(synthetic_raw, mu=0.5, rad_term="ssl")
     space = client_workspace(method, 0, perturbed_target(method, 0))
     rad = method.init_state()["rad"]
@@ -265,8 +267,9 @@ def test_control_trains_on_the_rad_images_without_alignment(synthetic_raw):
         losses.append(client_loss(method, space, views, method.rad_terms(space, rad, kbar, ctx, 0)))
     assert torch.equal(losses[0], losses[1])
     rows = torch.randperm(16, generator=ctx.client_generator(0, "rad"))[:8]
-    augment, rad_generator = BatchAugment(method.augment_config), ctx.client_generator(0, "rad-augment")
-    rad_views = [augment(to_float(rad)[rows], rad_generator) for _ in range(2)]
+    rad_generator = ctx.client_generator(0, "rad-augment")
+    rad_views = [BatchAugment(config)(to_float(rad)[rows], rad_generator)
+                 for config in (method.augment_config, method.augment_prime_config)]
     term = 0.5 * hand_ssl("byol", space.online, space.target, *rad_views)
     assert term.item() > 0.01
     torch.testing.assert_close(losses[0] - ssl, term, rtol=1e-5, atol=1e-6)

@@ -106,3 +106,32 @@ def test_the_client_logs_each_added_loss_term_beside_the_loss(synthetic_raw):
         if parts:
             assert all(upload.metrics[name] > 0.1 for name in parts)
             assert upload.metrics["loss"] == pytest.approx(sum(upload.metrics[name] for name in parts), rel=1e-6)
+
+
+@pytest.mark.parametrize("objective, pipelines", [("byol", ["T", "T'"]), ("supervised", ["T"])])
+def test_a_batch_s_second_view_is_augmented_by_augment_prime(synthetic_raw, objective, pipelines):
+    """Each batch's first view comes from ``augment`` (T), its second from ``augment_prime`` (T', here
+    with solarisation), in that order of draws; a one-view objective draws T alone."""
+    synthetic_raw["augment_prime"] = {"solarize_prob": 1.0} if len(pipelines) == 2 else {}
+    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 16}
+    method, workspace, scenario = setup(synthetic_raw, objective=objective)
+    made, seen = [], []
+
+    def recording(name, augment):
+        def augmented(batch, generator):
+            made.append((name, augment(batch, generator)))
+            return made[-1][1]
+        return augmented
+
+    workspace.augment = recording("T", workspace.augment)
+    workspace.augment_prime = recording("T'", workspace.augment_prime)
+    embed = method.objective.embed
+    method.objective.embed = lambda online, target, views: seen.append(views) or embed(online, target, views)
+    data = make_synthetic(train_per_class=4, test_per_class=1, seed=1)  # 40 samples: 3 batches
+    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
+    method.client_update(workspace, method.broadcast(Server(method).state, ctx), None,
+                         ClientData(CLIENT, data.train_x, data.train_y), ctx)
+    assert [name for name, _ in made] == pipelines * 3 and len(seen) == 3
+    for step, views in enumerate(seen):
+        assert len(views) == len(pipelines)
+        assert all(view is made[len(pipelines) * step + i][1] for i, view in enumerate(views))

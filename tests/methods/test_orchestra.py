@@ -31,8 +31,9 @@ RAW = {"name": "tiny-orchestra", "seed": 3, "dataset": {"name": "synthetic"},
        "training": {"rounds": 2, "batch_size": 8, "lr": 0.05}}
 
 
-def setup(training=None, **method):
-    raw = {**RAW, "training": {**RAW["training"], **(training or {})},
+def setup(training=None, sections=None, **method):
+    """The method of ``RAW`` with these ``training`` keys, top-level ``sections`` and ``method`` keys."""
+    raw = {**RAW, **(sections or {}), "training": {**RAW["training"], **(training or {})},
            "method": {"name": "orchestra", "num_global_clusters": GLOBAL, "num_local_clusters": LOCAL,
                       "memory_size": 8, "global_clustering_steps": 50, **method}}
     scenario = resolve(raw)
@@ -223,7 +224,7 @@ def test_memory_keeps_the_most_recent_projections():
 
 # ---- the client step, replayed by hand -----------------------------------------------------------
 def replay_client(method, scenario, broadcast, client_id, ctx):
-    """Algorithm 1 written out: for each batch x (order from the client's stream), x~ = T(x) for the
+    """Algorithm 1 written out: for each batch x (order from the client's stream), x~ = T'(x) for the
     online model, x for the target (no gradient), rotation by a uniform quarter turn of x for the
     rotation head on the online projection; L = H(softmax(cos(z_T, mu)/T), softmax(cos(z_O, mu)/T))
     + cross-entropy of the rotation; SGD with momentum and weight decay by hand; then
@@ -237,7 +238,8 @@ def replay_client(method, scenario, broadcast, client_id, ctx):
     online.load_state_dict({k[7:]: v for k, v in broadcast["weights"].items() if k.startswith("online.")})
     target.load_state_dict({k[7:]: v for k, v in broadcast["weights"].items() if k.startswith("target.")})
     online.train(), target.train()
-    augment = method.make_workspace(torch.device("cpu")).augment
+    workspace = method.make_workspace(torch.device("cpu"))
+    augment, augment_prime = workspace.augment, workspace.augment_prime  # T, T' (augment_prime's changes)
     generator = ctx.client_generator(client_id, "train")
     images = to_float(CLIENTS[client_id][0])
     centroids = F.normalize(broadcast["centroids"], dim=1)
@@ -266,7 +268,7 @@ def replay_client(method, scenario, broadcast, client_id, ctx):
         for start in range(0, len(images), training["batch_size"]):
             x = images[order[start:start + training["batch_size"]]]
             x_target = augment(x, generator) if config["reference_views"] else x
-            x_tilde = augment(x, generator)
+            x_tilde = augment_prime(x, generator)
             x_rotation = augment(x, generator) if config["reference_views"] else x
             if config["ema_before_forward"]:
                 ema()
@@ -383,11 +385,11 @@ def test_target_follows_the_ema_rule(after_setup, momentum):
         assert torch.allclose(new[name], expected.float(), atol=1e-6), name
 
 
-def client_step_against_replay(after_setup, **options):
+def client_step_against_replay(after_setup, sections=None, **options):
     """One client's round-1 upload with ``options`` (batch 7) and the hand replay of Algorithm 1,
     after checking every uploaded tensor and the local centroids against the replay; returns
     (broadcast, context, replayed weights)."""
-    method, scenario = setup({"batch_size": 7}, **options)
+    method, scenario = setup({"batch_size": 7}, sections, **options)
     ctx = context(scenario, 1)
     broadcast = method.broadcast(after_setup[2], ctx)
     upload = method.client_update(method.make_workspace(torch.device("cpu")), broadcast, None,
@@ -463,6 +465,18 @@ def test_reference_views_feed_augmented_views_to_target_and_rotation(after_setup
     """``reference_views``: the target and the rotation see augmented views (the reference code's
     three views); every uploaded tensor against the replay."""
     client_step_against_replay(after_setup, reference_views=True)
+
+
+def test_the_online_view_is_augmented_by_augment_prime_and_the_others_by_augment(after_setup):
+    """The reference's two pipelines: T (``augment``: blur p 0.5) for the target's and the rotation's
+    views, T' (``augment_prime``'s changes: blur p 0.1, solarisation p 0.2) for the online model's;
+    every uploaded tensor against the replay, which differs from the run with T' for every view."""
+    views = {"augment": {"blur_prob": 0.5}, "augment_prime": {"blur_prob": 0.1, "solarize_prob": 0.2}}
+    _, _, expected = client_step_against_replay(after_setup, views, reference_views=True)
+    same = {"augment": {"blur_prob": 0.1, "solarize_prob": 0.2}}
+    _, _, all_prime = client_step_against_replay(after_setup, same, reference_views=True)
+    name = "online.encoder.features.0.0.weight"
+    assert not torch.allclose(all_prime[name], expected[name], atol=1e-4)
 
 
 # ---- the server step ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from simulator.augment import AugmentConfig, BatchAugment, rotate90, to_float
+from simulator.augment import AugmentConfig, BatchAugment, rotate90, solarize, to_float
 
 NO_CROP = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.0)
 
@@ -284,3 +284,80 @@ def test_random_jitter_order_applies_each_image_s_operations_in_its_own_drawn_or
         torch.testing.assert_close(augmented, reference, atol=5e-4, rtol=0)  # luma 0.299 against 0.2989, compounded
     fixed = BatchAugment(AugmentConfig(**{**config.__dict__, "jitter_order": "fixed"}))._jitter(images, seeded(0))
     assert (fixed - out).flatten(1).abs().amax(dim=1).gt(1e-3).float().mean() > 0.5
+
+
+@pytest.mark.parametrize("height, width", [(28, 28), (24, 32)])
+def test_bicubic_crop_is_torchvision_s_antialiased_bicubic_resized_crop(height, width):
+    """``interpolation: bicubic`` with torchvision's boxes: each image is ``resized_crop`` of its box
+    with ``BICUBIC`` and ``antialias=True`` (``RandomResizedCrop(..., interpolation=BICUBIC)``, Keys'
+    a = -0.5), flipped where drawn; bilinear resampling differs from it."""
+    import torchvision.transforms.functional as TF
+    from simulator.augment import torchvision_pixel_boxes
+    config = AugmentConfig(crop_scale=(0.08, 1.0), crop_sampler="torchvision", interpolation="bicubic", jitter_prob=0.0)
+    images = torch.rand(64, 3, height, width, generator=seeded(1))
+    out = BatchAugment(config)(images, seeded(5))
+    generator = seeded(5)
+    boxes = torchvision_pixel_boxes(config, 64, height, width, generator)
+    flips = torch.rand(64, generator=generator) < config.flip_prob
+    assert 10 < flips.sum() < 54 and len(set(boxes[:, 2].tolist())) > 5
+    for image, augmented, box, flip in zip(images, out, boxes.tolist(), flips):
+        reference = TF.resized_crop(image, *box, [height, width], interpolation=TF.InterpolationMode.BICUBIC,
+                                    antialias=True)
+        reference = (reference.flip(-1) if flip else reference).clamp(0, 1)
+        torch.testing.assert_close(augmented, reference, atol=1e-5, rtol=0)
+    bilinear = BatchAugment(AugmentConfig(**{**config.__dict__, "interpolation": "bilinear"}))(images, seeded(5))
+    assert (bilinear - out).abs().max() > 0.05
+
+
+def test_bicubic_crop_keeps_a_whole_image_and_a_box_narrower_than_a_pixel_stays_finite():
+    images = random_images()
+    whole = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.0,
+                          interpolation="bicubic")
+    torch.testing.assert_close(BatchAugment(whole)(images, seeded(0)), images, atol=1e-6, rtol=0)
+    tiny = AugmentConfig(**{**whole.__dict__, "crop_scale": (1e-4, 1e-4)})  # a box of 0.3 pixels a side
+    out = BatchAugment(tiny)(images, seeded(0))
+    assert out.isfinite().all() and out.std(dim=(2, 3)).max() < 1e-6  # one source pixel everywhere
+
+
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_blur_is_torchvision_s_gaussian_blur_with_each_image_s_sigma(kernel):
+    """``blur_prob: 0.5``: a drawn half of the images is torchvision's ``gaussian_blur`` with its own
+    sigma from ``blur_sigma`` and the ``blur_kernel``; the others are unchanged."""
+    import torchvision.transforms.functional as TF
+    augment = BatchAugment(AugmentConfig(blur_prob=0.5, blur_sigma=(0.1, 2.0), blur_kernel=kernel))
+    images = random_images(batch=48)
+    out = augment._blur(images, seeded(3))
+    generator = seeded(3)
+    blurred = torch.rand(48, generator=generator) < 0.5
+    sigma = 0.1 + 1.9 * torch.rand(48, generator=generator)
+    assert 10 < blurred.sum() < 38 and sigma.min() < 0.5 and sigma.max() > 1.5
+    for image, augmented, chosen, deviation in zip(images, out, blurred, sigma.tolist()):
+        if chosen:
+            reference = TF.gaussian_blur(image, [kernel, kernel], [deviation, deviation])
+            torch.testing.assert_close(augmented, reference, atol=1e-6, rtol=0)
+            assert deviation < 0.5 or (augmented - image).abs().max() > 1e-2
+        else:
+            assert torch.equal(augmented, image)
+
+
+def test_solarize_is_pillow_s_and_the_pipeline_blurs_then_solarises_the_images_drawn():
+    """:func:`solarize` is Pillow's ``ImageOps.solarize`` (the reference code's, threshold 128 of 255);
+    ``solarize_prob`` solarises the images drawn, after the blur (the reference's order)."""
+    from PIL import ImageOps
+    import torchvision.transforms.functional as TF
+    pixels = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8, generator=seeded(2))
+    for image, solarized in zip(pixels, solarize(to_float(pixels))):
+        reference = TF.pil_to_tensor(ImageOps.solarize(TF.to_pil_image(image)))
+        torch.testing.assert_close(solarized, to_float(reference), atol=1e-6, rtol=0)
+    images = random_images(batch=32)
+    config = AugmentConfig(**{**NO_CROP.__dict__, "blur_prob": 0.5, "solarize_prob": 0.5})
+    out = BatchAugment(config)(images, seeded(0))
+    generator = seeded(0)
+    plain = BatchAugment(NO_CROP)
+    cropped = plain._jitter(plain._crop_and_flip(images, generator), generator)  # the same draws, no change
+    blurred = BatchAugment(config)._blur(cropped, generator)
+    solarized = torch.rand(32, generator=generator) < 0.5
+    assert 5 < solarized.sum() < 27
+    expected = torch.where(solarized.view(-1, 1, 1, 1), solarize(blurred), blurred)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(out, torch.where(solarized.view(-1, 1, 1, 1), blurred, solarize(blurred)))

@@ -80,6 +80,29 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
      "expected one of uniform_area, torchvision, got 'pil'"),
     ({"augment": {"jitter_order": "shuffled"}}, "augment.jitter_order",
      "expected one of fixed, random, got 'shuffled'"),
+    ({"augment": {"interpolation": "nearest"}}, "augment.interpolation",
+     "expected one of bilinear, bicubic, got 'nearest'"),
+    ({"augment": {"blur_prob": 1.5}}, "augment.blur_prob", "expected a probability in [0, 1], got 1.5"),
+    ({"augment": {"solarize_prob": -0.2}}, "augment.solarize_prob", "expected a probability in [0, 1], got -0.2"),
+    ({"augment": {"blur_sigma": [2.0, 0.1]}}, "augment.blur_sigma",
+     "expected [min, max] with 1e-06 <= min <= max (the blur's standard deviation in pixels), got [2.0, 0.1]"),
+    ({"augment": {"blur_sigma": [0.0, 1.0]}}, "augment.blur_sigma", "1e-06 <= min <= max"),
+    ({"augment": {"blur_sigma": [0.1]}}, "augment.blur_sigma", "1e-06 <= min <= max"),
+    ({"augment": {"blur_kernel": 4}}, "augment.blur_kernel",
+     "expected an odd integer from 1 to 55 (its reflect padding, half of it, must stay below the images' side, "
+     "28 pixels at least), got 4"),
+    ({"augment": {"blur_kernel": 57}}, "augment.blur_kernel", "expected an odd integer from 1 to 55"),
+    ({"augment": {"blur_kernel": -1}}, "augment.blur_kernel", "expected an odd integer from 1 to 55"),
+    ({"augment_prime": {"blur_prob": 1.5}}, "augment_prime.blur_prob", "expected a probability in [0, 1], got 1.5"),
+    ({"augment_prime": {"crop_scale": [0.9, 0.2]}}, "augment_prime.crop_scale", "0 < min <= max <= 1"),
+    ({"augment_prime": {"blur": 0.1}}, "augment_prime.blur", "unknown key; expected one of crop_scale, flip_prob"),
+    ({"augment_prime": {"solarize_prob": "often"}}, "augment_prime.solarize_prob", "expected a number, got 'often'"),
+    ({"augment_prime": [0.1]}, "augment_prime", "expected a mapping, got list"),
+    ({"augment_prime": {"solarize_prob": 0.2}, "method": {"name": "rotpred"}}, "augment_prime",
+     "expected no keys: method rotpred with these parameters augments one view of a sample (augment), "
+     "got solarize_prob"),
+    ({"augment_prime": {"solarize_prob": 0.2}, "method": {"name": "fedavg", "objective": "supervised"}},
+     "augment_prime", "expected no keys: method fedavg"),
     ({"dataset": "fashion_mnist"}, "dataset", "expected a mapping"),
     ({"method": "byol"}, "method", "expected a mapping, got str"),
     ({"method": {"name": ["fedavg"]}}, "method.name", "expected one of fedavg"),
@@ -104,6 +127,25 @@ def test_errors_name_file_key_and_expectation(tmp_path, raw, key, expected):
     assert message.startswith(f"{path}: {key}: ")
     assert expected in message
     assert "\n" not in message
+
+
+def test_augment_prime_holds_the_keys_of_the_second_view_that_differ_from_augment(tmp_path):
+    """``augment_prime``: none by default (null too); the keys written, type-checked against
+    ``augment``, kept as written (``--set`` too); the method reads ``augment`` with them for T'."""
+    from methods import build_method
+    from methods.base import DataSpec
+    assert load_scenario(write(tmp_path, {}))["augment_prime"] == {}
+    assert load_scenario(write(tmp_path, {"augment_prime": None}))["augment_prime"] == {}
+    scenario = load_scenario(write(tmp_path, {"augment": {"blur_prob": 0.5, "hue": 0.1},
+                                              "augment_prime": {"blur_prob": 0, "solarize_prob": 0.2}}),
+                             ["augment_prime.hue=0.2"])
+    assert scenario["augment_prime"] == {"blur_prob": 0.0, "solarize_prob": 0.2, "hue": 0.2}
+    assert isinstance(scenario["augment_prime"]["blur_prob"], float)
+    method = build_method(scenario, DataSpec(1, 28, 10, (10,)))
+    assert (method.augment_config.blur_prob, method.augment_config.solarize_prob, method.augment_config.hue) == \
+        (0.5, 0.0, 0.1)
+    assert (method.augment_prime_config.blur_prob, method.augment_prime_config.solarize_prob,
+            method.augment_prime_config.hue, method.augment_prime_config.flip_prob) == (0.0, 0.2, 0.2, 0.5)
 
 
 def test_a_section_written_empty_keeps_its_defaults_and_takes_overrides(tmp_path):
