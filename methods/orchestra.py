@@ -58,9 +58,9 @@ Deliberate differences from the reference code (paper's Algorithm 1 where they d
 
 * Views: the target sees x itself and the rotation is applied to x, as Algorithm 1 and Figure 3
   write; the reference code feeds the target an augmented view T(x), the online model a second
-  view T'(x) (blur p 0.1 and solarisation, which this simulator's augmentation lacks), the rotation
-  a third view T(x), and fills the setup memory with views T(x). ``reference_views: true`` restores
-  the three independent augmented views (one augmentation pipeline for all).
+  view T'(x) (``augment_prime``: its changes of ``augment``), the rotation a third view T(x), and
+  fills the setup memory with views T(x). ``reference_views: true`` restores the three independent
+  augmented views; the online view is T' in either case.
 * EMA order: the target is updated after the online step (Algorithm 1, lines 15-16); the
   reference code updates it before the step, before the target's forward pass (``update_target``
   inside ``forward``, after the online forward passes, which change no parameter).
@@ -86,10 +86,12 @@ Deliberate differences from the reference code (paper's Algorithm 1 where they d
   of the same samples), so its local centroids are fitted to more, repeated, points.
 * Augmentation: the reference's ``OrchestraTransform`` crops 50-100% (bicubic), jitters hue as well
   (ColorJitter(0.4, 0.4, 0.2, 0.1)) and blurs (p 0.5 in T, 0.1 in T', with solarisation p 0.2 in
-  T'); this simulator's batched augmentation has no blur or solarisation and resamples bilinearly.
-  ``scenarios/orchestra/cifar10_resnet18.yaml`` sets the crop scale, torchvision's crop boxes
-  (``crop_sampler``), the jitter strengths with hue and ColorJitter's random order; the
-  Fashion-MNIST scenarios (one channel) use the simulator's defaults.
+  T'), on uint8 Pillow images (each operation rounds to whole grey levels; here the images stay
+  float). ``scenarios/orchestra/cifar10_resnet18.yaml`` sets all of it: the crop scale,
+  torchvision's crop boxes (``crop_sampler``) resampled bicubically (``interpolation``), the jitter
+  strengths with hue and ColorJitter's random order, the blur, and in ``augment_prime`` the changes
+  of T'; the Fashion-MNIST scenarios (one channel) use the simulator's defaults (no
+  blur or solarisation, bilinear crops, one pipeline for every view).
 * Label skew of the Fashion-MNIST scenarios: Dirichlet(0.1 x prior) per class (``partition.
   scale_by_prior: true``, Hsu et al.'s definition, which the paper cites), about 1.6 classes a
   client; the paper's Table 4 counts those of Dirichlet(0.1) label skew without the prior (4.69

@@ -40,8 +40,8 @@ BICUBIC_A = -0.5  # Keys' cubic of torchvision's antialiased bicubic resize (and
 
 @dataclass(frozen=True)
 class AugmentConfig:
-    """Parameters of :class:`BatchAugment`: SimCLR's operations (no hue jitter), at milder defaults than
-    SimCLR's (crops of 35-100% of the area, strength 0.4, no grayscale; the scenarios' ``augment:``)."""
+    """Parameters of :class:`BatchAugment`: SimCLR's operations (no hue jitter, no blur), at milder defaults
+    than SimCLR's (crops of 35-100% of the area, strength 0.4, no grayscale; the scenarios' ``augment:``)."""
 
     crop_scale: tuple[float, float] = (0.35, 1.0)  # random resized crop area fraction
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)  # crop aspect ratio (width / height)
