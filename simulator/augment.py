@@ -274,17 +274,20 @@ def bicubic_weights(start: torch.Tensor, length: torch.Tensor, size: int) -> tor
 
 def bicubic_crop(images: torch.Tensor, box, flip: torch.Tensor) -> torch.Tensor:
     """Each image's box (half width, half height, centre x, centre y; fractions of [-1, 1]) resized to
-    the image's size by :func:`bicubic_weights` along both axes, then flipped horizontally where
-    ``flip``: for a box of whole pixels, torchvision's ``resized_crop`` with ``BICUBIC`` and
-    ``antialias=True`` (``RandomResizedCrop(..., interpolation=BICUBIC)``; Pillow's resize of that
-    box agrees up to its uint8 rounding)."""
+    the image's size by :func:`bicubic_weights`, across then down, each pass clipped to [0, 1], then
+    flipped horizontally where ``flip``. For a box of whole pixels this is Pillow's bicubic resize of
+    the box (``RandomResizedCrop(..., interpolation=BICUBIC)`` on the reference code's Pillow images),
+    which clips each pass to 0-255 (and rounds it to whole levels: within 1.1 of 255 levels of it);
+    where no pass leaves [0, 1], it is torchvision's ``resized_crop`` of float tensors (``BICUBIC``,
+    ``antialias=True``), which does not clip (up to 0.12 apart on black-and-white images)."""
     half_width, half_height, centre_x, centre_y = (part.double() for part in box)
     height, width = images.shape[-2:]
     rows = bicubic_weights((centre_y - half_height + 1) * height / 2, half_height * height, height)
     columns = bicubic_weights((centre_x - half_width + 1) * width / 2, half_width * width, width)
     columns = torch.where(flip.view(-1, 1, 1), columns.flip(1), columns)
     rows, columns = (m.to(device=images.device, dtype=images.dtype) for m in (rows, columns))
-    return torch.einsum("boh,bchw,bpw->bcop", rows, images, columns)
+    across = torch.einsum("bchw,bpw->bchp", images, columns).clamp(0.0, 1.0)
+    return torch.einsum("boh,bchp->bcop", rows, across).clamp(0.0, 1.0)
 
 
 def uniform_area_boxes(cfg: AugmentConfig, batch: int, height: int, width: int, generator: torch.Generator):

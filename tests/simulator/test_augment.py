@@ -286,27 +286,50 @@ def test_random_jitter_order_applies_each_image_s_operations_in_its_own_drawn_or
     assert (fixed - out).flatten(1).abs().amax(dim=1).gt(1e-3).float().mean() > 0.5
 
 
-@pytest.mark.parametrize("height, width", [(28, 28), (24, 32)])
-def test_bicubic_crop_is_torchvision_s_antialiased_bicubic_resized_crop(height, width):
-    """``interpolation: bicubic`` with torchvision's boxes: each image is ``resized_crop`` of its box
-    with ``BICUBIC`` and ``antialias=True`` (``RandomResizedCrop(..., interpolation=BICUBIC)``, Keys'
-    a = -0.5), flipped where drawn; bilinear resampling differs from it."""
-    import torchvision.transforms.functional as TF
+def replayed_bicubic_boxes(config, batch, height, width, seed):
+    """The whole-pixel boxes and flips ``BatchAugment(config)`` draws from ``seeded(seed)``."""
     from simulator.augment import torchvision_pixel_boxes
-    config = AugmentConfig(crop_scale=(0.08, 1.0), crop_sampler="torchvision", interpolation="bicubic", jitter_prob=0.0)
-    images = torch.rand(64, 3, height, width, generator=seeded(1))
-    out = BatchAugment(config)(images, seeded(5))
-    generator = seeded(5)
-    boxes = torchvision_pixel_boxes(config, 64, height, width, generator)
-    flips = torch.rand(64, generator=generator) < config.flip_prob
-    assert 10 < flips.sum() < 54 and len(set(boxes[:, 2].tolist())) > 5
-    for image, augmented, box, flip in zip(images, out, boxes.tolist(), flips):
+    generator = seeded(seed)
+    boxes = torchvision_pixel_boxes(config, batch, height, width, generator)
+    flips = torch.rand(batch, generator=generator) < config.flip_prob
+    assert batch // 6 < flips.sum() < batch - batch // 6 and len(set(boxes[:, 2].tolist())) > 5
+    return boxes.tolist(), flips.tolist()
+
+
+BICUBIC = AugmentConfig(crop_scale=(0.08, 1.0), crop_sampler="torchvision", interpolation="bicubic", jitter_prob=0.0)
+
+
+@pytest.mark.parametrize("height, width", [(28, 28), (24, 32)])
+def test_bicubic_crop_is_pillow_s_bicubic_resize_of_the_box(height, width):
+    """``interpolation: bicubic`` with torchvision's boxes: each image is Pillow's ``resized_crop`` of
+    its box (``RandomResizedCrop(..., interpolation=BICUBIC)`` on the reference code's Pillow images),
+    flipped where drawn, within Pillow's rounding to whole levels; black-and-white images make the
+    passes overshoot, which Pillow clips after each."""
+    import torchvision.transforms.functional as TF
+    pixels = (torch.rand(64, 3, height, width, generator=seeded(1)) < 0.5).to(torch.uint8) * 255
+    pixels[32:] = torch.randint(0, 256, (32, 3, height, width), dtype=torch.uint8, generator=seeded(2))
+    out = BatchAugment(BICUBIC)(to_float(pixels), seeded(5))
+    for image, augmented, box, flip in zip(pixels, out, *replayed_bicubic_boxes(BICUBIC, 64, height, width, 5)):
+        reference = TF.pil_to_tensor(TF.resized_crop(TF.to_pil_image(image), *box, [height, width],
+                                                     interpolation=TF.InterpolationMode.BICUBIC))
+        reference = reference.flip(-1) if flip else reference
+        assert (augmented * 255 - reference.float()).abs().max() < 1.1
+
+
+@pytest.mark.parametrize("height, width", [(28, 28), (24, 32)])
+def test_bicubic_crop_is_torchvision_s_antialiased_bicubic_resized_crop_where_nothing_clips(height, width):
+    """On images in [0.25, 0.75] no pass leaves [0, 1]: each image is torchvision's float ``resized_crop``
+    of its box with ``BICUBIC`` and ``antialias=True`` (Keys' a = -0.5), flipped where drawn; bilinear
+    resampling differs from it."""
+    import torchvision.transforms.functional as TF
+    images = 0.25 + 0.5 * torch.rand(64, 3, height, width, generator=seeded(1))
+    out = BatchAugment(BICUBIC)(images, seeded(5))
+    for image, augmented, box, flip in zip(images, out, *replayed_bicubic_boxes(BICUBIC, 64, height, width, 5)):
         reference = TF.resized_crop(image, *box, [height, width], interpolation=TF.InterpolationMode.BICUBIC,
                                     antialias=True)
-        reference = (reference.flip(-1) if flip else reference).clamp(0, 1)
-        torch.testing.assert_close(augmented, reference, atol=1e-5, rtol=0)
-    bilinear = BatchAugment(AugmentConfig(**{**config.__dict__, "interpolation": "bilinear"}))(images, seeded(5))
-    assert (bilinear - out).abs().max() > 0.05
+        torch.testing.assert_close(augmented, reference.flip(-1) if flip else reference, atol=1e-5, rtol=0)
+    bilinear = BatchAugment(AugmentConfig(**{**BICUBIC.__dict__, "interpolation": "bilinear"}))(images, seeded(5))
+    assert (bilinear - out).abs().max() > 0.02
 
 
 def test_bicubic_crop_keeps_a_whole_image_and_a_box_narrower_than_a_pixel_stays_finite():
