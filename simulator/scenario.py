@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from simulator.records import (GPU_COUNT, NON_NEGATIVE_NUMBER, POSITIVE_INTEGER, POSITIVE_NUMBER, STRING, RecordError,
-                               check_records, is_number, out_of_float32)
+from simulator.records import (FLOAT32_MAX, GPU_COUNT, NON_NEGATIVE_NUMBER, POSITIVE_INTEGER, POSITIVE_NUMBER, STRING,
+                               RecordError, check_records, is_number, out_of_float32)
 
 DEFAULTS: dict[str, Any] = {
     "name": "unnamed",
@@ -439,9 +439,10 @@ def check_values(scenario: dict, source: str) -> None:
     if len(crop) != 2 or not 0 < crop[0] <= crop[1] <= 1:
         raise ScenarioError(source, "augment.crop_scale", f"expected [min, max] with 0 < min <= max <= 1, got {crop!r}")
     sigma = scenario["augment"]["blur_sigma"]
-    if len(sigma) != 2 or not MIN_BLUR_SIGMA <= sigma[0] <= sigma[1] < math.inf:
+    if len(sigma) != 2 or not MIN_BLUR_SIGMA <= sigma[0] <= sigma[1] <= FLOAT32_MAX:
         raise ScenarioError(source, "augment.blur_sigma", f"expected [min, max] with {MIN_BLUR_SIGMA} <= min <= max "
-                                                          f"(the blur's standard deviation in pixels), got {sigma!r}")
+                                                          f"<= {FLOAT32_MAX:.3g} (the blur's standard deviation in "
+                                                          f"pixels, float32), got {sigma!r}")
     kernel = scenario["augment"]["blur_kernel"]
     if not (kernel % 2 == 1 and 0 < kernel <= MAX_BLUR_KERNEL):
         raise ScenarioError(source, "augment.blur_kernel", f"expected an odd integer from 1 to {MAX_BLUR_KERNEL} "

@@ -85,7 +85,9 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"augment": {"blur_prob": 1.5}}, "augment.blur_prob", "expected a probability in [0, 1], got 1.5"),
     ({"augment": {"solarize_prob": -0.2}}, "augment.solarize_prob", "expected a probability in [0, 1], got -0.2"),
     ({"augment": {"blur_sigma": [2.0, 0.1]}}, "augment.blur_sigma",
-     "expected [min, max] with 1e-06 <= min <= max (the blur's standard deviation in pixels), got [2.0, 0.1]"),
+     "expected [min, max] with 1e-06 <= min <= max <= 3.4e+38 (the blur's standard deviation in pixels, float32), "
+     "got [2.0, 0.1]"),
+    ({"augment": {"blur_sigma": [0.1, 1e39]}}, "augment.blur_sigma", "1e-06 <= min <= max <= 3.4e+38"),
     ({"augment": {"blur_sigma": [0.0, 1.0]}}, "augment.blur_sigma", "1e-06 <= min <= max"),
     ({"augment": {"blur_sigma": [0.1]}}, "augment.blur_sigma", "1e-06 <= min <= max"),
     ({"augment": {"blur_kernel": 4}}, "augment.blur_kernel",
