@@ -8,7 +8,7 @@ per image.
 The defaults differ from torchvision's pipeline (the papers' reference code: SimCLR's, EasyFL's,
 FedSC's, Orchestra's) in ways each restored by a key: the crop's area stays uniform
 (``crop_sampler: torchvision`` draws torchvision's ``RandomResizedCrop`` boxes) and is resampled
-bilinearly (``interpolation: bicubic``: its antialiased bicubic resize, Orchestra's), the colour jitter
+bilinearly (``interpolation: bicubic``: Pillow's bicubic resize, Orchestra's reference's), the colour jitter
 runs in a fixed order (``jitter_order: random``: ``ColorJitter``'s random order per image) and has
 no hue (``hue``: ``ColorJitter``'s hue jitter, RGB only), and nothing blurs or solarises
 (``blur_prob``: torchvision's ``GaussianBlur``; ``solarize_prob``: Pillow's ``ImageOps.solarize``).
@@ -212,7 +212,6 @@ class BatchAugment:
                 chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1).to(images.device)
                 images = images.index_copy(0, chosen, ADJUSTMENTS[name](images[chosen], factor[name][chosen]))
         return images
-
 
     def _blur(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """torchvision's ``GaussianBlur`` on the images drawn (``blur_prob``), each with its own sigma."""

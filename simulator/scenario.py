@@ -45,7 +45,7 @@ DEFAULTS: dict[str, Any] = {
                 # torchvision's pipeline, as the papers' reference code runs it (simulator/augment.py):
                 # hue jitter, ColorJitter's random order, RandomResizedCrop's boxes
                 "hue": 0.0, "jitter_order": "fixed", "crop_sampler": "uniform_area",
-                # the crop's antialiased bicubic resize, GaussianBlur, solarisation
+                # the crop's bicubic resize (Pillow's), GaussianBlur, solarisation (Pillow's)
                 "interpolation": "bilinear", "blur_prob": 0.0, "blur_sigma": [0.1, 2.0], "blur_kernel": 3,
                 "solarize_prob": 0.0},
     "eval": {"enabled": True, "every": 10, "knn_k": 200, "knn_temperature": 0.1, "probe_iterations": 100,
@@ -284,10 +284,11 @@ def resolve(raw: dict, source: str = "<scenario>") -> dict[str, Any]:
     scenario = merge(defaults, {k: v for k, v in raw.items() if k != "augment_prime"}, source, "")
     scenario["augment_prime"] = second_view_changes(scenario["augment"], raw.get("augment_prime"), source)
     check_values(scenario, source)
-    try:  # the second view's augmentation is checked as the first is, its keys named as written
-        check_values({**scenario, "augment": {**scenario["augment"], **scenario["augment_prime"]}}, source)
-    except ScenarioError as err:
-        raise ScenarioError(source, err.key.replace("augment.", "augment_prime.", 1), err.message) from None
+    if scenario["augment_prime"]:  # the second view's augmentation checked as the first is, its keys as written
+        try:
+            check_values({**scenario, "augment": {**scenario["augment"], **scenario["augment_prime"]}}, source)
+        except ScenarioError as err:
+            raise ScenarioError(source, err.key.replace("augment.", "augment_prime.", 1), err.message) from None
     from methods.base import ParamError
     try:
         METHODS[method_name].check_params(scenario["method"], scenario)
