@@ -187,8 +187,7 @@ class RadSSL(RadBatches):
     def rad_loss(self):
         images = self.rad[self.rows()]
         space = self.workspace
-        views = [augment(images, self.augment_generator) for augment in (space.augment, space.augment_prime)
-                 [:self.objective.num_views]]
+        views = space.views(images, self.augment_generator, self.objective.num_views)
         return self.objective.rows_loss(self.objective.embed(space.online, space.target, views), None)
 
 

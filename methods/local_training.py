@@ -27,6 +27,10 @@ class Workspace:
     device: torch.device
     parts: dict[str, Any] = field(default_factory=dict)  # extensions' client-side modules, by name
 
+    def views(self, images: Tensor, generator: torch.Generator, count: int) -> list[Tensor]:
+        """``count`` (1 or 2) augmented views of ``images``, drawn in order from ``generator``: T, then T'."""
+        return [augment(images, generator) for augment in (self.augment, self.augment_prime)[:count]]
+
 
 # A batch's loss and the named parts to log beside it (the loop logs them detached), from the batch's sample rows.
 BatchLoss = Callable[[Tensor], tuple[Tensor, dict[str, Tensor]]]

@@ -58,9 +58,7 @@ def train_objective(workspace: Workspace, objective: Objective, terms: list[Clie
     loss = composed_loss(objective, workspace, terms)
 
     def batch_loss(rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        views = [augment(images[rows], generator) for augment in (workspace.augment, workspace.augment_prime)
-                 [:objective.num_views]]
-        return loss(views, labels[rows], rows)
+        return loss(workspace.views(images[rows], generator, objective.num_views), labels[rows], rows)
 
     step = LocalStep(batch_loss, list(online.parameters()) + [p for term in terms for p in term.parameters()],
                      after_step=[term.after_step for term in terms])
