@@ -69,7 +69,8 @@ def read_run(run_dir: Path) -> dict:
 
 
 RECORDED_LISTS = {"code": "the code of each session, e.g. 'fedssl 0.1.0, git 0123456789ab'",
-                  "numerics": "each process's torch version and CPU instruction set, e.g. 'torch 2.14.1, CPU AVX2'"}
+                  "numerics": ("each process's torch version, CPU instruction set and CPU model, "
+                               "e.g. 'torch 2.14.1, CPU AVX2, AuthenticAMD 23/49'")}
 
 
 def check_provenance(path: Path, summary: dict) -> None:
@@ -366,11 +367,12 @@ PAIRED_NOTE = ("Differences in points, scenario minus baseline on the same seed:
                "of the mean, n - 1 degrees of freedom; n/a with one seed] (seeds on which the scenario is ahead).")
 
 
-NUMERICS_NOTE = ("Floating-point results differ between torch versions, CPU instruction sets and GPUs, and the "
-                 "difference grows over the rounds; a pair below is still paired in partition, initial networks and "
-                 "cohorts, but its difference carries that of the machines as well. Rerun such a seed's runs on one "
-                 "kind of machine to remove it (an AVX-512 machine computes as an AVX2 one with "
-                 "`ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2`, README).")
+NUMERICS_NOTE = ("Floating-point results differ between torch versions, CPU instruction sets, CPU models and GPUs, "
+                 "and the difference grows over the rounds; a pair below is still paired in partition, initial "
+                 "networks and cohorts, but its difference carries that of the machines as well. Rerun such a seed's "
+                 "runs on one "
+                 "kind of machine to remove it (an AMD EPYC with AVX-512 computed as the AVX2 ones with "
+                 "`ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2`; an Intel one did not, README).")
 
 
 def recorded_line(runs: list[dict], key: str, heading: str) -> str:
@@ -395,7 +397,7 @@ def code_line(runs: list[dict]) -> str:
 
 
 def numerics_line(runs: list[dict]) -> str:
-    """How the runs computed (``summary.json``'s ``numerics``: torch version, CPU instruction set,
+    """How the runs computed (``summary.json``'s ``numerics``: torch version, CPU instruction set and model,
     GPU): runs of one seed agree bitwise only where these agree, and a change of instruction set can
     move a final accuracy by about half a point (``results/fedsc.md``)."""
     return recorded_line(runs, "numerics", "Numerics of the runs (`summary.json` `numerics`; runs agree bitwise "
@@ -404,7 +406,7 @@ def numerics_line(runs: list[dict]) -> str:
 
 def numerics_notes(by_seed: dict[int, dict[str, dict]]) -> list[str]:
     """One line per seed whose runs (``{seed: {label: run}}``) recorded different numerics
-    (``summary.json``'s ``numerics``: torch version, CPU instruction set, GPU), and per run that
+    (``summary.json``'s ``numerics``: torch version, CPU instruction set and model, GPU), and per run that
     computed with more than one; runs that recorded none (older ones) are left out."""
     notes = []
     for seed, runs in by_seed.items():

@@ -46,6 +46,29 @@ def cpu_flags() -> set[str]:
         return set()
 
 
+def cpu_model(cpuinfo: str) -> str | None:
+    """The first CPU of ``cpuinfo`` (``/proc/cpuinfo``'s text) as its vendor, family and model
+    (``GenuineIntel 6/167``); None where it names no vendor (non-x86 machines)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block ends
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "vendor_id" not in fields:
+        return None
+    return f"{fields['vendor_id']} {fields.get('cpu family', '?')}/{fields.get('model', '?')}"
+
+
+def this_cpu_model() -> str | None:
+    """:func:`cpu_model` of this machine (None where ``/proc/cpuinfo`` is missing)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return cpu_model(info.read())
+    except OSError:
+        return None
+
+
 def onednn_isa(flags: set[str], environ: dict[str, str]) -> str | None:
     """The instruction set oneDNN's kernels (torch's CPU convolutions) use: the best the CPU has
     (its ``flags``), capped by ``ONEDNN_MAX_CPU_ISA`` (or the older ``DNNL_MAX_CPU_ISA``) in
@@ -65,20 +88,24 @@ def onednn_isa(flags: set[str], environ: dict[str, str]) -> str | None:
     return ISA_LEVELS[best if capped is None else min(best, capped)]
 
 
-def cpu_numerics(capability: str, onednn: str | None) -> str:
+def cpu_numerics(capability: str, onednn: str | None, model: str | None = None) -> str:
     """``capability`` (torch's own CPU kernels), followed by oneDNN's instruction set where it is
     another (as on an AVX-512 machine with ``ATEN_CPU_CAPABILITY=avx2`` alone: torch's kernels on
-    AVX2, its convolutions on AVX-512, results that are neither machine's)."""
-    if onednn is None or isa_level(capability) == ISA_LEVELS.index(onednn):
-        return capability
-    return f"{capability}, oneDNN {onednn}"
+    AVX2, its convolutions on AVX-512, results that are neither machine's), and the CPU's ``model``
+    (:func:`cpu_model`): the same instruction sets on another kind of CPU need not give the same bits
+    (an Intel AVX-512 machine's 3-round fingerprints of the shipped scenarios differ from an AMD
+    EPYC's, whatever oneDNN and MKL are capped to: ``tests/test_scenarios.py``)."""
+    kernels = capability
+    if onednn is not None and isa_level(capability) != ISA_LEVELS.index(onednn):
+        kernels = f"{capability}, oneDNN {onednn}"
+    return f"{kernels}, {model}" if model else kernels
 
 
 def process_cpu_numerics() -> str:
-    """This process's CPU kernels: :func:`cpu_numerics` of torch's capability
-    (``torch.backends.cpu.get_cpu_capability()``) and oneDNN's instruction set."""
+    """This process's CPU kernels and CPU: :func:`cpu_numerics` of torch's capability
+    (``torch.backends.cpu.get_cpu_capability()``), oneDNN's instruction set and the CPU's model."""
     onednn = onednn_isa(cpu_flags(), dict(os.environ)) if torch.backends.mkldnn.is_available() else None
-    return cpu_numerics(torch.backends.cpu.get_cpu_capability(), onednn)
+    return cpu_numerics(torch.backends.cpu.get_cpu_capability(), onednn, this_cpu_model())
 
 
 def process_numerics(device: torch.device | str = "cpu") -> str:

@@ -14,7 +14,7 @@ import yaml
 from analysis.report import read_run
 from analysis.run_diff import logged_values
 from simulator.federation import worker_pools
-from simulator.resources import cpu_flags, onednn_isa
+from simulator.resources import cpu_flags, onednn_isa, process_cpu_numerics, this_cpu_model
 from simulator.run import run_scenario
 from simulator.scenario import resolve
 from tests.conftest import LABEL_EFFICIENT_EVAL, tiny_scenario
@@ -47,7 +47,7 @@ def test_metrics_do_not_depend_on_the_workers_nor_on_where_server_and_shares_run
     assert (2, "train/loss") in m1 and (2, "eval/knn_top1") in m1
     assert s1["final"] == s3["final"] and s1["pixels"] == s3["pixels"]
     # every process computed with this machine's kernels: one numerics, recorded in the summary
-    assert s1["numerics"] == s3["numerics"] == [f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"]
+    assert s1["numerics"] == s3["numerics"] == [f"torch {torch.__version__}, CPU {process_cpu_numerics()}"]
 
 
 WORKERS_ON_OTHER_KERNELS = """
@@ -74,8 +74,8 @@ def test_the_summary_names_the_numerics_of_the_driver_and_of_every_worker(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     version = torch.__version__
     onednn_not_capped = onednn_isa(cpu_flags(), {})  # the worker capped torch's own kernels only
-    driver, actor = (f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}",
-                     f"torch {version}, CPU DEFAULT, oneDNN {onednn_not_capped}")
+    driver, actor = (f"torch {version}, CPU {torch.backends.cpu.get_cpu_capability()}, {this_cpu_model()}",
+                     f"torch {version}, CPU DEFAULT, oneDNN {onednn_not_capped}, {this_cpu_model()}")
     assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted([driver, actor])
     # the driver's slot and the actor simulate clients of one pool: the run says that this split decided it
     (pool,) = worker_pools(resolve(raw))

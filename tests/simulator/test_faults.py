@@ -21,6 +21,7 @@ from simulator.cli import resumable
 from simulator.context import RoundContext, freeze
 from simulator.data.store import prepare_partition
 from simulator.federation import ServerLost
+from simulator.resources import process_cpu_numerics
 from simulator.run import data_spec, run_scenario
 from simulator.scenario import resolve
 from tests.conftest import sample_cohort, tiny_scenario
@@ -423,7 +424,7 @@ def test_a_resumed_run_names_the_numerics_and_code_of_the_session_it_began_in(sy
            "eval": {**synthetic_raw["eval"], "enabled": False},
            "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
     run_dir, first = run_scenario(resolve(raw), str(tmp_path / "run"), progress=False)
-    here = f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"
+    here = f"torch {torch.__version__}, CPU {process_cpu_numerics()}"
     assert first["numerics"] == [here]
     assert first["code"] == [code_version()]
     elsewhere = "torch 2.14.1, CPU ELSEWHERE"

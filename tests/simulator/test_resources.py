@@ -1,5 +1,5 @@
 """What a process computes with (``simulator.resources``): torch's CPU capability and oneDNN's
-instruction set, which differ where only one of them is capped."""
+instruction set, which differ where only one of them is capped, and the CPU's model."""
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import torch
 
 from methods import build_method
 from methods.base import DataSpec
-from simulator.resources import cpu_flags, cpu_numerics, onednn_isa, workspace_state_bytes
+from simulator.resources import cpu_flags, cpu_model, cpu_numerics, onednn_isa, this_cpu_model, workspace_state_bytes
 from simulator.scenario import resolve
 
 AVX512_FLAGS = {"sse4_1", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
@@ -39,6 +39,22 @@ def test_the_numerics_name_onednn_only_where_it_differs_from_torchs_kernels():
     assert cpu_numerics("DEFAULT", "AVX2") == "DEFAULT, oneDNN AVX2"
 
 
+def test_the_numerics_end_with_the_cpus_vendor_family_and_model():
+    """The model a /proc/cpuinfo names for its first processor; none where it names no vendor."""
+    intel = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\n"
+             "model name\t: Intel(R) Xeon(R)\n")
+    amd = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n\n"
+    assert cpu_model(intel + "\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n") == "GenuineIntel 6/167"
+    assert cpu_model(amd) == "AuthenticAMD 25/17"
+    assert cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n") is None
+    assert cpu_numerics("AVX512", "AVX512", "AuthenticAMD 25/17") == "AVX512, AuthenticAMD 25/17"
+    assert cpu_numerics("AVX2", "AVX512", "GenuineIntel 6/167") == "AVX2, oneDNN AVX512, GenuineIntel 6/167"
+    with open("/proc/cpuinfo") as info:
+        text = info.read()
+    vendor = next(line.split(":")[1].strip() for line in text.splitlines() if line.startswith("vendor_id"))
+    assert this_cpu_model().startswith(f"{vendor} ") and this_cpu_model() == cpu_model(text)
+
+
 PRINT_NUMERICS = "from simulator.resources import process_numerics; print(process_numerics())"
 
 
@@ -55,10 +71,12 @@ def test_a_process_with_torchs_kernels_capped_alone_names_onednns_own():
     can run) and oneDNN not: the numerics name both; with both capped, torch's alone."""
     onednn = onednn_isa(cpu_flags(), {})
     assert onednn is not None, "an x86 CPU with SSE4.1 at least"
-    assert numerics_with(ATEN_CPU_CAPABILITY="default") == f"torch {torch.__version__}, CPU DEFAULT, oneDNN {onednn}"
+    model = this_cpu_model()
+    assert numerics_with(ATEN_CPU_CAPABILITY="default") == \
+        f"torch {torch.__version__}, CPU DEFAULT, oneDNN {onednn}, {model}"
     assert numerics_with(ATEN_CPU_CAPABILITY="default", DNNL_MAX_CPU_ISA="SSE41") == \
-        f"torch {torch.__version__}, CPU DEFAULT, oneDNN SSE41"
-    assert numerics_with() == f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}"
+        f"torch {torch.__version__}, CPU DEFAULT, oneDNN SSE41, {model}"
+    assert numerics_with() == f"torch {torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()}, {model}"
 
 
 def test_a_gpu_worker_turns_torchs_determinism_switches_on_as_its_scenario_says(monkeypatch):
