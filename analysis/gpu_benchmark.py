@@ -25,6 +25,11 @@ Five measurements, each printed and written to ``--out`` (JSON):
    in-process: whether every logged value of each equals the first run's, each run's numerics and
    images/s. Needs Ray (on a machine without it, the part reports the import error).
 
+6. ``augmentation``: every distinct augmentation of the shipped scenarios (each file's ``augment``,
+   and with ``augment_prime`` applied where a file sets one), on a batch of its data set's image
+   shape: milliseconds per batch (the fastest of several calls) and images/s, labelled by the first
+   file that uses it. It runs on a CPU as well.
+
 ``--parts`` picks among them (default: all, ``repeat`` first).
 
 Run: ``python -m analysis.gpu_benchmark --out gpu.json`` (``--smoke`` shrinks every size, for a CPU
@@ -259,12 +264,53 @@ def several_clients_rates(device: torch.device, clients: int, batch: int, steps:
     return {"clients": clients, "batch": batch, **rates, "max_weight_difference": difference}
 
 
+# the image shape ([C, H, W]) of each data set's batches; the rest are CIFAR-shaped (SVHN too)
+ONE_CHANNEL_DATASETS = ("fashion_mnist", "synthetic")
+
+
+def shipped_augmentations() -> list[tuple[str, str, dict[str, Any], tuple[int, int, int]]]:
+    """(first file, view, augment section, image shape) for each distinct augmentation of the
+    shipped scenarios: a file's first view T (``augment``) and, where it sets ``augment_prime``, T'."""
+    seen: dict[str, tuple[str, str, dict[str, Any], tuple[int, int, int]]] = {}
+    for path in sorted(Path("scenarios").rglob("*.yaml")):
+        scenario = load_scenario(path)
+        shape = (1, 28, 28) if scenario["dataset"]["name"] in ONE_CHANNEL_DATASETS else (3, 32, 32)
+        views = [("T", scenario["augment"])]
+        if scenario["augment_prime"]:
+            views.append(("T'", {**scenario["augment"], **scenario["augment_prime"]}))
+        for view, section in views:
+            seen.setdefault(json.dumps([section, shape], sort_keys=True), (str(path), view, section, shape))
+    return list(seen.values())
+
+
+def augmentation_costs(device: torch.device, batch: int, calls: int) -> list[dict[str, Any]]:
+    """:func:`shipped_augmentations` each timed on ``batch`` random images on ``device``: the
+    fastest of ``calls`` calls (after one untimed)."""
+    rows = []
+    for path, view, section, shape in shipped_augmentations():
+        augment = BatchAugment(AugmentConfig.from_scenario(section))
+        images = to_float(torch.randint(0, 256, (batch, *shape), dtype=torch.uint8,
+                                        generator=torch.Generator().manual_seed(0)).to(device))
+        generator = torch.Generator().manual_seed(1)
+        seconds = []
+        for _ in range(calls + 1):
+            synchronize(device)
+            start = time.perf_counter()
+            augment(images, generator)
+            synchronize(device)
+            seconds.append(time.perf_counter() - start)
+        fastest = min(seconds[1:])
+        rows.append({"scenario": path, "view": view, "image_shape": list(shape), "batch": batch,
+                     "ms_per_batch": round(fastest * 1e3, 3), "images_per_second": round(batch / fastest, 1)})
+    return rows
+
+
 def torch_defaults(device: torch.device) -> None:
     if device.type == "cuda":
         cuda_determinism(False)
 
 
-PARTS = ("repeat", "plain", "several_clients", "methods", "engines")
+PARTS = ("repeat", "plain", "several_clients", "methods", "engines", "augmentation")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,6 +364,8 @@ def main(argv: list[str] | None = None) -> None:
             measured("engines", engines_agree(engines, device))
         except ImportError as error:  # no Ray on this machine
             measured("engines", {"error": f"{type(error).__name__}: {error}"})
+    if "augmentation" in args.parts:
+        measured("augmentation", augmentation_costs(device, 16 if args.smoke else 256, 2 if args.smoke else 50))
 
 
 if __name__ == "__main__":

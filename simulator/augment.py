@@ -35,6 +35,9 @@ CROP_TRIES = 10  # torchvision's RandomResizedCrop draws before its central fall
 INTERPOLATIONS = ("bilinear", "bicubic")  # how a crop is resampled to the image's size
 # Pillow's ImageOps.solarize inverts the pixels of 128 and above (of 255): the reference code's Solarization.
 SOLARIZE_THRESHOLD = 128 / 255
+# torchvision's _hsv2rgb: in hue sector i (0-5), red, green and blue take these of the planes
+# (value, q, p, t) (rows: the channels; columns: the sectors)
+HSV_SECTOR_PLANES = torch.tensor([[0, 1, 2, 2, 3, 0], [3, 0, 0, 1, 2, 2], [2, 2, 3, 0, 0, 1]])
 BICUBIC_A = -0.5  # Keys' cubic of torchvision's antialiased bicubic resize (and Pillow's); grid_sample's is -0.75
 
 
@@ -194,24 +197,30 @@ class BatchAugment:
 
     def _jitter(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Brightness, contrast and (RGB only) saturation and hue jitter, as torchvision's adjustments,
-        in the fixed order or each image's own (:meth:`jitter_draw`)."""
+        in the fixed order or each image's own (:meth:`jitter_draw`). An image not jittered is left as it
+        is by its neutral factors; where the hue's costly HSV round trip is among the operations, only
+        the jittered images are computed (elsewhere gathering them would cost more than it saves)."""
         draw = self.jitter_draw(images.shape[0], generator)
-        if not draw["applied"].any():
+        applied = draw["applied"]
+        if not applied.any():
             return images
-        factor = {name: value.to(device=images.device, dtype=images.dtype)
-                  for name, value in draw.items() if name in JITTER_OPERATIONS}
         operations = [name for name in JITTER_OPERATIONS
-                      if name in factor and (images.shape[1] == 3 or name in ("brightness", "contrast"))]
+                      if name in draw and (images.shape[1] == 3 or name in ("brightness", "contrast"))]
+        subset = "hue" in operations and not applied.all()
+        rows = applied.nonzero().squeeze(1) if subset else slice(None)  # on the CPU, as the draws
+        factor = {name: draw[name][rows].to(device=images.device, dtype=images.dtype) for name in operations}
+        jittered = images[rows.to(images.device)] if subset else images
         if "order" not in draw:
             for name in operations:
-                images = ADJUSTMENTS[name](images, factor[name])
-            return images
-        order = draw["order"]  # on the CPU: the indices are found there, no device sync per operation
-        for step in range(len(JITTER_OPERATIONS)):  # each operation on the images that take it at this step
-            for name in operations:
-                chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1).to(images.device)
-                images = images.index_copy(0, chosen, ADJUSTMENTS[name](images[chosen], factor[name][chosen]))
-        return images
+                jittered = ADJUSTMENTS[name](jittered, factor[name])
+        else:
+            order = draw["order"][rows]  # on the CPU: the indices are found there, no device sync per step
+            for step in range(len(JITTER_OPERATIONS)):  # each operation on the images that take it at this step
+                for name in operations:
+                    chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1)
+                    chosen = chosen.to(images.device)
+                    jittered = jittered.index_copy(0, chosen, ADJUSTMENTS[name](jittered[chosen], factor[name][chosen]))
+        return images.index_copy(0, rows.to(images.device), jittered) if subset else jittered
 
     def _blur(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """torchvision's ``GaussianBlur`` on the images drawn (``blur_prob``), each with its own sigma."""
@@ -367,7 +376,7 @@ def _hue(images: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     the shift, computed as torchvision computes it (its ``_rgb2hsv`` / ``_hsv2rgb``, after Pillow). An
     image shifted by 0 (one not jittered) is returned as it is: the HSV round trip alone moves pixels."""
     red, green, blue = images.unbind(dim=1)
-    value, low = images.max(dim=1).values, images.min(dim=1).values
+    value, low = images.amax(dim=1), images.amin(dim=1)
     grey = value == low
     chroma = value - low
     saturation = chroma / torch.where(grey, torch.ones_like(value), value)
@@ -382,11 +391,9 @@ def _hue(images: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     p = (value * (1.0 - saturation)).clamp(0.0, 1.0)
     q = (value * (1.0 - saturation * within)).clamp(0.0, 1.0)
     t = (value * (1.0 - saturation * (1.0 - within))).clamp(0.0, 1.0)
-    sector = sector.to(torch.int32) % 6
-    mask = (sector.unsqueeze(1) == torch.arange(6, device=images.device).view(1, -1, 1, 1)).to(images.dtype)
-    channels = torch.stack([torch.stack(c, dim=1) for c in ((value, q, p, p, t, value), (t, value, value, q, p, p),
-                                                           (p, p, t, value, value, q))], dim=1)
-    shifted = (mask.unsqueeze(1) * channels).sum(dim=2)
+    planes = torch.stack((value, q, p, t), dim=1)
+    sector = sector.to(torch.int64) % 6
+    shifted = planes.gather(1, HSV_SECTOR_PLANES.to(images.device)[:, sector].transpose(0, 1))
     return torch.where(shift.view(-1, 1, 1, 1) == 0, images, shifted)
 
 

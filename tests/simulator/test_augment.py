@@ -263,11 +263,12 @@ def test_hue_jitter_is_torchvision_s_adjust_hue_with_a_shift_in_range():
 
 
 def test_random_jitter_order_applies_each_image_s_operations_in_its_own_drawn_order():
-    """``jitter_order: random``: each image gets torchvision's four adjustments in its own order (all 24
-    orders drawn), which changes the result where the adjustments clamp; ``fixed`` keeps one order."""
+    """``jitter_order: random``: each jittered image gets torchvision's four adjustments in its own order
+    (all 24 orders drawn), which changes the result where the adjustments clamp; ``fixed`` keeps one
+    order; an image not jittered is left exactly as it was."""
     import torchvision.transforms.functional as TF
     strengths = {"brightness": 0.8, "contrast": 0.8, "saturation": 0.8, "hue": 0.2}
-    config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=1.0,
+    config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.8,
                            jitter_order="random", **strengths)
     images = random_images(batch=200)  # in [0, 1]: strong brightness and contrast clamp
     augment = BatchAugment(config)
@@ -277,7 +278,11 @@ def test_random_jitter_order_applies_each_image_s_operations_in_its_own_drawn_or
               "saturation": TF.adjust_saturation, "hue": TF.adjust_hue}
     names = ("brightness", "contrast", "saturation", "hue")
     assert len(set(map(tuple, draw["order"].tolist()))) == 24
+    assert 20 < (~draw["applied"]).sum() < 60
     for index, (image, augmented) in enumerate(zip(images, out)):
+        if not draw["applied"][index]:
+            assert torch.equal(augmented, image)
+            continue
         reference = image
         for operation in draw["order"][index].tolist():
             reference = adjust[names[operation]](reference, draw[names[operation]][index].item())
