@@ -1,4 +1,7 @@
 """The GPU benchmark's pieces on the CPU, at tiny sizes (the figures themselves: results/gpu.md)."""
+import json
+from pathlib import Path
+
 import torch
 
 from analysis.gpu_benchmark import engines_agree, plain_simclr_rate, repeat_check, several_clients_rates
@@ -59,3 +62,19 @@ def test_the_engines_part_compares_ray_and_in_process_runs_and_sees_one_that_dif
     assert calls == ["ray", "ray", "ray", "in_process"]
     assert [row["values_differing_from_first"] == 0 for row in rows] == [True, True, False, True], rows
     assert rows[2]["first_differing"][0] == 1 and all(row["values"] > 0 for row in rows)
+
+
+def test_the_augmentation_part_times_each_distinct_shipped_augmentation_once():
+    """One row per distinct (augmentation, image shape) of the shipped files, T' where a file sets
+    ``augment_prime``, each on its data set's image shape."""
+    from analysis.gpu_benchmark import augmentation_costs, shipped_augmentations
+    views = shipped_augmentations()
+    keys = [(json.dumps(section, sort_keys=True), shape) for _, _, section, shape in views]
+    assert len(set(keys)) == len(keys) > 3
+    found = {(path, view): shape for path, view, _, shape in views}
+    assert found[("scenarios/orchestra/cifar10_resnet18.yaml", "T'")] == (3, 32, 32)
+    assert found[("scenarios/cross_device.yaml", "T")] == (1, 28, 28)
+    assert len(views) < len(list(Path("scenarios").rglob("*.yaml")))  # files that share one are timed once
+    rows = augmentation_costs(torch.device("cpu"), batch=4, calls=1)
+    assert [(row["scenario"], row["view"]) for row in rows] == [(path, view) for path, view, _, _ in views]
+    assert all(row["ms_per_batch"] > 0 and row["images_per_second"] > 0 for row in rows)
