@@ -48,16 +48,19 @@ def cpu_flags() -> set[str]:
 
 def cpu_model(cpuinfo: str) -> str | None:
     """The first CPU of ``cpuinfo`` (``/proc/cpuinfo``'s text) as its vendor, family and model
-    (``GenuineIntel 6/167``); None where it names no vendor (non-x86 machines)."""
+    (``GenuineIntel 6/167``), on Arm as its implementer and part (``Arm 0x41/0xd0c``); None where it
+    names neither."""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         if not line.strip():
             break  # the first processor's block ends
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    if "vendor_id" not in fields:
-        return None
-    return f"{fields['vendor_id']} {fields.get('cpu family', '?')}/{fields.get('model', '?')}"
+    if "vendor_id" in fields:
+        return f"{fields['vendor_id']} {fields.get('cpu family', '?')}/{fields.get('model', '?')}"
+    if "CPU implementer" in fields:
+        return f"Arm {fields['CPU implementer']}/{fields.get('CPU part', '?')}"
+    return None
 
 
 def this_cpu_model() -> str | None:

@@ -40,13 +40,15 @@ def test_the_numerics_name_onednn_only_where_it_differs_from_torchs_kernels():
 
 
 def test_the_numerics_end_with_the_cpus_vendor_family_and_model():
-    """The model a /proc/cpuinfo names for its first processor; none where it names no vendor."""
+    """The model a /proc/cpuinfo names for its first processor (x86: vendor, family, model; Arm:
+    implementer, part); none where it names neither."""
     intel = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\n"
              "model name\t: Intel(R) Xeon(R)\n")
     amd = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n\n"
     assert cpu_model(intel + "\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n") == "GenuineIntel 6/167"
     assert cpu_model(amd) == "AuthenticAMD 25/17"
-    assert cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n") is None
+    assert cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n") == "Arm 0x41/0xd0c"
+    assert cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
     assert cpu_numerics("AVX512", "AVX512", "AuthenticAMD 25/17") == "AVX512, AuthenticAMD 25/17"
     assert cpu_numerics("AVX2", "AVX512", "GenuineIntel 6/167") == "AVX2, oneDNN AVX512, GenuineIntel 6/167"
     with open("/proc/cpuinfo") as info:
