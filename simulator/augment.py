@@ -216,10 +216,12 @@ class BatchAugment:
         else:
             order = draw["order"][rows]  # on the CPU: the indices are found there, no device sync per step
             for step in range(len(JITTER_OPERATIONS)):  # each operation on the images that take it at this step
+                stepped = jittered.clone()  # written in place: the step's operations take disjoint images
                 for name in operations:
                     chosen = (order[:, step] == JITTER_OPERATIONS.index(name)).nonzero().squeeze(1)
                     chosen = chosen.to(images.device)
-                    jittered = jittered.index_copy(0, chosen, ADJUSTMENTS[name](jittered[chosen], factor[name][chosen]))
+                    stepped.index_copy_(0, chosen, ADJUSTMENTS[name](jittered[chosen], factor[name][chosen]))
+                jittered = stepped
         return images.index_copy(0, rows.to(images.device), jittered) if subset else jittered
 
     def _blur(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -262,6 +262,18 @@ def test_hue_jitter_is_torchvision_s_adjust_hue_with_a_shift_in_range():
     assert torch.equal(augment._jitter(gray, seeded(0)), gray)
 
 
+@pytest.mark.parametrize("jitter_prob, hue, channels", [(1.0, 0.0, 1), (0.8, 0.0, 3), (1.0, 0.2, 3), (0.8, 0.2, 3)])
+def test_the_jitter_leaves_its_input_images_as_they_were(jitter_prob, hue, channels):
+    """Both orders, with and without hue (where the jittered images are gathered) and with every
+    image jittered (where they are not): the caller's images are not written to."""
+    images = random_images(batch=64, channels=channels)
+    before = images.clone()
+    for order in ("fixed", "random"):
+        config = AugmentConfig(jitter_prob=jitter_prob, hue=hue, jitter_order=order, grayscale_prob=0.2)
+        out = BatchAugment(config)._jitter(images, seeded(0))
+        assert torch.equal(images, before) and not torch.equal(out, images)
+
+
 def test_random_jitter_order_applies_each_image_s_operations_in_its_own_drawn_order():
     """``jitter_order: random``: each jittered image gets torchvision's four adjustments in its own order
     (all 24 orders drawn), which changes the result where the adjustments clamp; ``fixed`` keeps one
