@@ -370,8 +370,7 @@ PAIRED_NOTE = ("Differences in points, scenario minus baseline on the same seed:
 NUMERICS_NOTE = ("Floating-point results differ between torch versions, CPU instruction sets, CPU models and GPUs, "
                  "and the difference grows over the rounds; a pair below is still paired in partition, initial "
                  "networks and cohorts, but its difference carries that of the machines as well. Rerun such a seed's "
-                 "runs on one "
-                 "kind of machine to remove it (an AMD EPYC with AVX-512 computed as the AVX2 ones with "
+                 "runs on one kind of machine to remove it (an AMD EPYC with AVX-512 computed as the AVX2 ones with "
                  "`ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2`; an Intel one did not, README).")
 
 
