@@ -47,7 +47,8 @@ def test_the_numerics_end_with_the_cpus_vendor_family_and_model():
     amd = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n\n"
     assert cpu_model(intel + "\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n") == "GenuineIntel 6/167"
     assert cpu_model(amd) == "AuthenticAMD 25/17"
-    assert cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n") == "Arm 0x41/0xd0c"
+    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"
+    assert cpu_model(arm) == "Arm 0x41/0xd0c"
     assert cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
     assert cpu_numerics("AVX512", "AVX512", "AuthenticAMD 25/17") == "AVX512, AuthenticAMD 25/17"
     assert cpu_numerics("AVX2", "AVX512", "GenuineIntel 6/167") == "AVX2, oneDNN AVX512, GenuineIntel 6/167"
