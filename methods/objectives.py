@@ -34,13 +34,13 @@ class Networks:
         self.config, self.model_config = config, model_config
         self.hidden_dim = model_config["hidden_dim"]
         self.projector_dim = model_config["projector_dim"]
-        self.hidden_norm = model_config["head_norm"] == "batch"
+        self.head_norm = model_config["head_norm"]
         self.num_classes = num_classes
 
     def build(self, encoder: nn.Module) -> nn.ModuleDict:
         return nn.ModuleDict({
             "encoder": encoder,
-            "projector": mlp(encoder.out_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.hidden_norm),
+            "projector": mlp(encoder.out_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.head_norm),
         })
 
 
@@ -111,7 +111,7 @@ class _WithPredictor(Objective):
 
     def build(self, encoder):
         networks = super().build(encoder)
-        networks["predictor"] = mlp(self.projector_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.hidden_norm)
+        networks["predictor"] = mlp(self.projector_dim, self.hidden_dim, self.projector_dim, hidden_norm=self.head_norm)
         return networks
 
     def embed(self, online, target, views):

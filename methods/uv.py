@@ -41,6 +41,12 @@ above:
 * The CIFAR scenarios' colour distortion jitters hue by 0.1 (Appendix A) in the simulator's fixed
   order, with its uniform-area crops: the paper does not say how its crops and jitter order are
   drawn (``augment.jitter_order: random`` and ``crop_sampler: torchvision`` give torchvision's).
+* SimSiam's heads: Appendix A puts a GroupNorm in the SimSiam projector ("before the hidden layer")
+  and predictor, as in its encoder. The Fashion-MNIST SimSiam scenarios keep SimSiam's own hidden
+  BatchNorm1d (Chen & He 2021, ``model.head_norm: batch``), chosen before the ``group`` value existed;
+  their kept runs and margins are BatchNorm's. ``model.head_norm: group`` gives a GroupNorm on the
+  hidden layer of both heads, after its Linear and before its ReLU, where BatchNorm sits (the paper
+  does not place it more exactly; a GroupNorm on the projector's input is not offered).
 * Projector width: Appendix A's projectors have a hidden layer of 2048 units (128 outputs), as the
   CIFAR scenarios set; the Fashion-MNIST scenarios keep ``model.hidden_dim`` 512, a CPU-scale choice.
 * Rotation skew (covariate and joint shift; the partition's, not the method's): Appendix A draws each

@@ -11,6 +11,7 @@ from torch import nn
 
 ENCODERS = ("narrow_cnn", "small_cnn", "large_cnn", "resnet18", "resnet34")
 NORMS = ("group", "batch")
+HEAD_NORMS = ("none", "batch", "group")  # the hidden-layer normalisations of :func:`mlp`
 RESNET_BLOCKS = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
 # Channel widths and strides of the plain conv encoders (all end at 1/8 resolution).
 NARROW_CNN_LAYERS = {"widths": (16, 32, 64), "strides": (2, 2, 2)}  # the small CNN at half width
@@ -20,10 +21,15 @@ LARGE_CNN_LAYERS = {"widths": (64, 128, 256, 256), "strides": (2, 1, 2, 2)}
 MIN_IMAGE_SIZE = 8
 
 
+def group_norm(channels: int) -> nn.GroupNorm:
+    """GroupNorm over ``channels`` in at most 32 groups of at least 4 channels each."""
+    return nn.GroupNorm(max(1, min(32, channels // 4)), channels)
+
+
 def norm_layer(norm: str, channels: int) -> nn.Module:
-    """GroupNorm (at most 32 groups, at least 4 channels each) or BatchNorm over ``channels``."""
+    """:func:`group_norm` or BatchNorm over ``channels``."""
     if norm == "group":
-        return nn.GroupNorm(max(1, min(32, channels // 4)), channels)
+        return group_norm(channels)
     if norm == "batch":
         return nn.BatchNorm2d(channels)
     raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
@@ -109,14 +115,18 @@ def build_encoder(name: str, in_channels: int, image_size: int, norm: str = "gro
     raise ValueError(f"unknown encoder {name!r}; expected one of {ENCODERS}")
 
 
-def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, hidden_norm: bool = False) -> nn.Sequential:
-    """``num_layers`` Linear layers with ReLU between them (1 = a single Linear); ``hidden_norm``: a
-    BatchNorm1d before each ReLU, as BYOL's projector and predictor (Grill et al. 2020, section 3.3)."""
+def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, hidden_norm: str = "none") -> nn.Sequential:
+    """``num_layers`` Linear layers with ReLU between them (1 = a single Linear). ``hidden_norm`` (one of
+    :data:`HEAD_NORMS`) puts a normalisation before each ReLU: ``batch`` a BatchNorm1d, as BYOL's projector
+    and predictor (Grill et al. 2020, section 3.3); ``group`` a GroupNorm with :func:`norm_layer`'s groups,
+    as the SimSiam heads of Louizos et al. 2024 (Appendix A); ``none`` nothing."""
     if num_layers < 1:
         raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+    if hidden_norm not in HEAD_NORMS:
+        raise ValueError(f"unknown head norm {hidden_norm!r}; expected one of {HEAD_NORMS}")
     layers = []
     for _ in range(num_layers - 1):
-        norm = [nn.BatchNorm1d(hidden_dim)] if hidden_norm else []
+        norm = {"none": [], "batch": [nn.BatchNorm1d(hidden_dim)], "group": [group_norm(hidden_dim)]}[hidden_norm]
         layers += [nn.Linear(in_dim, hidden_dim), *norm, nn.ReLU(inplace=True)]
         in_dim = hidden_dim
     layers.append(nn.Linear(in_dim, out_dim))

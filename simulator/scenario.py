@@ -135,13 +135,13 @@ def choices() -> dict[str, tuple[str, ...]]:
     from simulator.augment import CROP_SAMPLERS, INTERPOLATIONS, JITTER_ORDERS
     from simulator.data.datasets import DATASETS
     from simulator.data.partition import DIRICHLET_FILLS, PARTITION_KINDS
-    from simulator.models import ENCODERS, NORMS
+    from simulator.models import ENCODERS, HEAD_NORMS, NORMS
     return {
         "dataset.name": tuple(DATASETS), "partition.kind": tuple(PARTITION_KINDS), "partition.fill": tuple(DIRICHLET_FILLS),
         "model.encoder": tuple(ENCODERS), "model.norm": tuple(NORMS),
         "training.lr_schedule": ("constant", "cosine"),
         "executor": ("ray", "in_process"),
-        "model.head_norm": ("none", "batch"),
+        "model.head_norm": HEAD_NORMS,
         "ray.server": ("driver", "actor"), "ray.evaluator": ("driver", "actor"),
         "ray.while_starting": ("driver", "wait"),
         "augment.crop_sampler": tuple(CROP_SAMPLERS), "augment.jitter_order": JITTER_ORDERS,

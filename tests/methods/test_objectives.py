@@ -253,12 +253,14 @@ def test_the_uv_term_and_the_objective_are_the_logged_parts_of_the_loss(syntheti
     assert parts == {}  # nothing added: the loss is its only part
 
 
-@pytest.mark.parametrize("head_norm", ["none", "batch"])
-def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_raw, head_norm):
+@pytest.mark.parametrize("objective,head_norm", [("byol", "none"), ("byol", "batch"), ("simsiam", "group")])
+def test_heads_normalise_their_hidden_layer_as_head_norm_says(synthetic_raw, objective, head_norm):
     # BYOL's projector and predictor (Grill et al. 2020, section 3.3): Linear -> BatchNorm1d -> ReLU ->
-    # Linear; the hidden layer standardised over the batch with the batch's own statistics
+    # Linear; the hidden layer standardised over the batch with the batch's own statistics. The SimSiam
+    # heads of Louizos et al. 2024 (Appendix A): a GroupNorm instead, each sample's hidden units
+    # standardised within groups (at most 32 groups of at least 4 units: 16 groups of the 64 here)
     synthetic_raw["model"] = {**synthetic_raw.get("model", {}), "head_norm": head_norm}
-    method, workspace, _ = setup(synthetic_raw, objective="byol")
+    method, workspace, _ = setup(synthetic_raw, objective=objective)
     online = workspace.online
     h = online["encoder"](VIEWS[0])
     for head, x in (("projector", h), ("predictor", online["projector"](h))):
@@ -268,6 +270,12 @@ def test_byol_heads_normalise_their_hidden_layer_with_head_norm_batch(synthetic_
         if head_norm == "batch":
             assert [type(m).__name__ for m in layers] == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
             pre = (pre - pre.mean(0)) / torch.sqrt(pre.var(0, unbiased=False) + 1e-5)
+        elif head_norm == "group":
+            assert [type(m).__name__ for m in layers] == ["Linear", "GroupNorm", "ReLU", "Linear"]
+            groups = pre.reshape(len(pre), 16, 4)
+            groups = (groups - groups.mean(2, keepdim=True)) / torch.sqrt(groups.var(2, unbiased=False,
+                                                                                    keepdim=True) + 1e-5)
+            pre = groups.reshape(pre.shape) * layers[1].weight + layers[1].bias
         else:
             assert [type(m).__name__ for m in layers] == ["Linear", "ReLU", "Linear"]
         expected = pre.clamp_min(0) @ last.weight.T + last.bias

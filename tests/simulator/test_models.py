@@ -71,3 +71,5 @@ def test_unknown_names_raise_value_error():
         build_encoder("small_cnn", 3, 32, norm="layer")
     with pytest.raises(ValueError):
         mlp(4, 4, 4, num_layers=0)
+    with pytest.raises(ValueError, match="'none', 'batch', 'group'"):
+        mlp(4, 4, 4, hidden_norm="layer")
