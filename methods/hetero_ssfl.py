@@ -15,7 +15,8 @@ In this engine's rounds (t = 1..T, no setup round):
   loop FedAvg's clients run) on ``l_SSL + mu * (1 - CKA(K_k, Kbar(t-1)))`` (:func:`methods.losses.cka.cka_alignment_loss`),
   the gradient flowing through its predictor outputs on the RAD, and uploads its new kernel.
 - Kernels: ``K = H A A^T H / ||H A A^T H||_F`` with ``A`` the predictor outputs on the whole RAD in
-  eval mode (the paper's choice of representation and linear kernel). Centring changes no CKA. The
+  eval mode (the paper's choice of representation and linear kernel). Centring ``K`` before the
+  upload changes no CKA (:func:`methods.losses.cka.linear_cka` centres both kernels anyway). The
   unit Frobenius norm leaves CKA with a given ``Kbar`` unchanged, but not ``Kbar`` itself: deviation
   (5) below.
 - Server: ``Kbar = sum_j w_j K_j / sum_j w_j`` over the current kernel of every client that has
@@ -55,6 +56,14 @@ pairs exist (clients i, i+5, i+10, ... share one); with 5 clients (section 5.1) 
 down every round; here a client uploads an L x L kernel change (``bytes_up/kernels``: L / d times the
 paper's, 39x with 5000 RAD images of 128-d outputs) and receives the RAD once, not every round (a
 smaller ``bytes_down/rad``). Training is the same; compare communication with the paper's with care.
+(8) Sign: Eq. 2 writes ``+ mu * Linear-CKA(K_k, Kbar)``, which minimised would push a client away from
+its peers; the text asks for a proximal term measuring distance (with mu -> infinity "the local
+models try to converge on the RAD representations"), so the term is ``mu * (1 - CKA)``. (9) Centring: Eq. 1 is CKA without centring; here CKA
+centres the kernels as Kornblith et al. define it (:func:`methods.losses.cka.linear_cka`), which
+changes the value for representations with a common offset (equal for column-centred ones).
+(10) Local loss: section 3.2 writes one direction of an unnormalised squared error with an
+encoder-only target; here the objective's own loss, BYOL's normalised one (2 - 2 cos) averaged over
+both directions with an encoder-and-projector target, or SimSiam's, as in the papers the section cites.
 ``mu = 0`` is local-only SSL; the kernels are still shared so that ``train/rad_cka`` (CKA of each
 trained client's kernel with ``Kbar(t-1)``) can be compared between the two. With a RAD term, the
 client logs it (``mu`` times, mean over its steps) as ``train/loss_rad`` beside the SSL loss
