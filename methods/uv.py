@@ -47,8 +47,8 @@ above:
   their kept runs and margins are BatchNorm's. ``model.head_norm: group`` gives a GroupNorm on the
   hidden layer of both heads, after its Linear and before its ReLU, where BatchNorm sits (the paper
   does not place it more exactly; a GroupNorm on the projector's input is not offered). With it the
-  label-skew SimSiam + UV file did not learn on two seeds (``results/uv.md``), as the paper's own
-  SimSiam numbers suggest.
+  label-skew SimSiam files, with and without UV, did not learn on two seeds (``results/uv.md``), as
+  the paper's own SimSiam numbers suggest.
 * Projector width: Appendix A's projectors have a hidden layer of 2048 units (128 outputs), as the
   CIFAR scenarios set; the Fashion-MNIST scenarios keep ``model.hidden_dim`` 512, a CPU-scale choice.
 * Rotation skew (covariate and joint shift; the partition's, not the method's): Appendix A draws each
