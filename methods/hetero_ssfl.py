@@ -56,11 +56,12 @@ pairs exist (clients i, i+5, i+10, ... share one); with 5 clients (section 5.1) 
 down every round; here a client uploads an L x L kernel change (``bytes_up/kernels``: L / d times the
 paper's, 39x with 5000 RAD images of 128-d outputs) and receives the RAD once, not every round (a
 smaller ``bytes_down/rad``). Training is the same; compare communication with the paper's with care.
-(8) Sign: Eq. 2 writes ``+ mu * Linear-CKA(K_k, Kbar)``, which minimised would push a client away from
-its peers; the text asks for a proximal term measuring distance (with mu -> infinity "the local
-models try to converge on the RAD representations"), so the term is ``mu * (1 - CKA)``. (9) Centring: Eq. 1 is CKA without centring; here CKA
-centres the kernels as Kornblith et al. define it (:func:`methods.losses.cka.linear_cka`), which
-changes the value for representations with a common offset (equal for column-centred ones).
+(8) Sign: Eq. 2 writes ``+ mu * Linear-CKA(K_k, Kbar)``, which minimised would push a client away
+from its peers; the text asks for a proximal term measuring distance (with mu -> infinity "the local
+models try to converge on the RAD representations"), so the term is ``mu * (1 - CKA)``.
+(9) Centring: Eq. 1 is CKA without centring; here CKA centres the kernels as Kornblith et al. define
+it (:func:`methods.losses.cka.linear_cka`), which changes the value for representations with a
+common offset (equal for column-centred ones).
 (10) Local loss: section 3.2 writes one direction of an unnormalised squared error with an
 encoder-only target; here the objective's own loss, BYOL's normalised one (2 - 2 cos) averaged over
 both directions with an encoder-and-projector target, or SimSiam's, as in the papers the section cites.

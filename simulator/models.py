@@ -118,7 +118,7 @@ def build_encoder(name: str, in_channels: int, image_size: int, norm: str = "gro
 def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, hidden_norm: str = "none") -> nn.Sequential:
     """``num_layers`` Linear layers with ReLU between them (1 = a single Linear). ``hidden_norm`` (one of
     :data:`HEAD_NORMS`) puts a normalisation before each ReLU: ``batch`` a BatchNorm1d, as BYOL's projector
-    and predictor (Grill et al. 2020, section 3.3); ``group`` a GroupNorm with :func:`norm_layer`'s groups,
+    and predictor (Grill et al. 2020, section 3.3); ``group`` a :func:`group_norm`,
     as the SimSiam heads of Louizos et al. 2024 (Appendix A); ``none`` nothing."""
     if num_layers < 1:
         raise ValueError(f"num_layers must be at least 1, got {num_layers}")
@@ -126,7 +126,8 @@ def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, hidden_
         raise ValueError(f"unknown head norm {hidden_norm!r}; expected one of {HEAD_NORMS}")
     layers = []
     for _ in range(num_layers - 1):
-        norm = {"none": [], "batch": [nn.BatchNorm1d(hidden_dim)], "group": [group_norm(hidden_dim)]}[hidden_norm]
+        norm = [] if hidden_norm == "none" else [
+            nn.BatchNorm1d(hidden_dim) if hidden_norm == "batch" else group_norm(hidden_dim)]
         layers += [nn.Linear(in_dim, hidden_dim), *norm, nn.ReLU(inplace=True)]
         in_dim = hidden_dim
     layers.append(nn.Linear(in_dim, out_dim))
