@@ -52,7 +52,7 @@ from torch import nn
 from analysis.run_diff import diff_runs, logged_values
 from methods.losses.nt_xent import nt_xent
 from simulator.augment import AugmentConfig, BatchAugment, to_float
-from simulator.data.datasets import load_dataset
+from simulator.data.datasets import image_shape, load_dataset
 from simulator.models import build_encoder, mlp
 from simulator.resources import cuda_determinism, nondeterministic_op
 from simulator.runlog import atomic_write
@@ -264,17 +264,13 @@ def several_clients_rates(device: torch.device, clients: int, batch: int, steps:
     return {"clients": clients, "batch": batch, **rates, "max_weight_difference": difference}
 
 
-# the image shape ([C, H, W]) of each data set's batches; the rest are CIFAR-shaped (SVHN too)
-ONE_CHANNEL_DATASETS = ("fashion_mnist", "synthetic")
-
-
 def shipped_augmentations() -> list[tuple[str, str, dict[str, Any], tuple[int, int, int]]]:
     """(first file, view, augment section, image shape) for each distinct augmentation of the
     shipped scenarios: a file's first view T (``augment``) and, where it sets ``augment_prime``, T'."""
     seen: dict[str, tuple[str, str, dict[str, Any], tuple[int, int, int]]] = {}
     for path in sorted(Path("scenarios").rglob("*.yaml")):
         scenario = load_scenario(path)
-        shape = (1, 28, 28) if scenario["dataset"]["name"] in ONE_CHANNEL_DATASETS else (3, 32, 32)
+        shape = image_shape(scenario["dataset"]["name"])
         views = [("T", scenario["augment"])]
         if scenario["augment_prime"]:
             views.append(("T'", {**scenario["augment"], **scenario["augment_prime"]}))

@@ -19,7 +19,7 @@ CACHE_ROOT = Path("~/.cache/fedssl").expanduser()
 DATASETS = ("fashion_mnist", "cifar10", "cifar100", "svhn", "synthetic", "synthetic_cifar10")
 # synthetic data sets by name: make_synthetic arguments (synthetic_cifar10 has CIFAR-10's shape, for
 # machines without data files, e.g. a GPU box: 3 x 32 x 32, 10 classes, 5,000 + 1,000 images)
-SYNTHETIC_SHAPES = {"synthetic": {},
+SYNTHETIC_SHAPES = {"synthetic": {"image_size": 28, "channels": 1},
                     "synthetic_cifar10": {"image_size": 32, "channels": 3, "train_per_class": 500,
                                           "test_per_class": 100}}
 
@@ -40,6 +40,7 @@ class _Source:
     torchvision_class: str
     torchvision_variants: tuple[dict, ...]  # constructor arguments, one download per entry
     num_classes: int
+    image_shape: tuple[int, int, int]  # [C, H, W] of its images
     install_hint: str = ""
 
 
@@ -50,18 +51,21 @@ _SOURCES = {
         files=("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
         parse=formats.fashion_mnist_arrays, torchvision_class="FashionMNIST", torchvision_variants=({},),
-        num_classes=10, install_hint="install them with `apt-get install dataset-fashion-mnist`, "),
+        num_classes=10, image_shape=(1, 28, 28),
+        install_hint="install them with `apt-get install dataset-fashion-mnist`, "),
     "cifar10": _Source(
         dirname="cifar10", layouts=("cifar-10-batches-py",), files=_CIFAR10_TRAIN + ("test_batch",),
         parse=partial(formats.cifar_arrays, train_names=_CIFAR10_TRAIN, test_name="test_batch", label_key=b"labels"),
-        torchvision_class="CIFAR10", torchvision_variants=({},), num_classes=10),
+        torchvision_class="CIFAR10", torchvision_variants=({},), num_classes=10, image_shape=(3, 32, 32)),
     "cifar100": _Source(
         dirname="cifar100", layouts=("cifar-100-python",), files=("train", "test"),
         parse=partial(formats.cifar_arrays, train_names=("train",), test_name="test", label_key=b"fine_labels"),
-        torchvision_class="CIFAR100", torchvision_variants=({},), num_classes=100),
+        torchvision_class="CIFAR100", torchvision_variants=({},), num_classes=100,
+        image_shape=(3, 32, 32)),
     "svhn": _Source(
         dirname="svhn", layouts=("",), files=("train_32x32.mat", "test_32x32.mat"), parse=formats.svhn_arrays,
-        torchvision_class="SVHN", torchvision_variants=({"split": "train"}, {"split": "test"}), num_classes=10),
+        torchvision_class="SVHN", torchvision_variants=({"split": "train"}, {"split": "test"}), num_classes=10,
+        image_shape=(3, 32, 32)),
 }
 
 
@@ -132,6 +136,16 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
     if name not in _SOURCES:
         raise ValueError(f"name must be one of {', '.join(DATASETS)}, got {name!r}")
     return _load_files(name, root, download)
+
+
+def image_shape(name: str) -> tuple[int, int, int]:
+    """The shape [C, H, W] of data set ``name``'s images (one of DATASETS), without loading it."""
+    if name in SYNTHETIC_SHAPES:
+        side = SYNTHETIC_SHAPES[name]["image_size"]
+        return SYNTHETIC_SHAPES[name]["channels"], side, side
+    if name not in _SOURCES:
+        raise ValueError(f"name must be one of {', '.join(DATASETS)}, got {name!r}")
+    return _SOURCES[name].image_shape
 
 
 TRAIN_SUBSET_STREAM = 0x74726169  # mixed into the run seed for ``dataset.train_subset``'s draw

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from simulator.data import datasets
-from simulator.data.datasets import DATASETS, DatasetUnavailable, ImageDataset, load_dataset
+from simulator.data.datasets import DATASETS, DatasetUnavailable, ImageDataset, image_shape, load_dataset
 from simulator.data.synthetic import make_synthetic
 
 # every test: only files written by the test are found (tests/simulator/data/conftest.py)
@@ -57,6 +57,7 @@ def test_cifar100_uses_fine_labels(tmp_path):
     assert dataset.train_y.tolist() == [97, 42, 3] and dataset.test_y.tolist() == [97, 42]
     np.testing.assert_array_equal(dataset.test_x.numpy(), images[3:])
     assert dataset.num_classes == 100
+    assert image_shape("cifar100") == tuple(dataset.train_x.shape[1:]) == (3, 32, 32)
 
 
 def test_missing_files_raise_dataset_unavailable_saying_where_and_how(tmp_path):
@@ -101,6 +102,14 @@ def test_a_failed_download_raises_dataset_unavailable(monkeypatch, error, name):
 def test_unknown_name_raises_value_error():
     with pytest.raises(ValueError, match="name must be one of fashion_mnist, .*, got 'mnist'"):
         load_dataset("mnist")
+    with pytest.raises(ValueError, match="name must be one of fashion_mnist, .*, got 'mnist'"):
+        image_shape("mnist")
+
+
+@pytest.mark.parametrize("name", ["synthetic", "synthetic_cifar10"])
+def test_image_shape_is_the_shape_of_the_loaded_images(name):
+    dataset = load_dataset(name, seed=0)
+    assert image_shape(name) == tuple(dataset.train_x.shape[1:]) == tuple(dataset.test_x.shape[1:])
 
 
 def test_synthetic_is_available_under_its_name_with_seed():
@@ -121,6 +130,7 @@ def test_real_fashion_mnist(monkeypatch):
     assert dataset.train_x.shape == (60000, 1, 28, 28) and dataset.test_x.shape == (10000, 1, 28, 28)
     assert dataset.train_x.dtype == torch.uint8 and dataset.train_y.dtype == torch.int64
     assert dataset.num_classes == 10 and (dataset.channels, dataset.image_size) == (1, 28)
+    assert image_shape("fashion_mnist") == tuple(dataset.train_x.shape[1:])
     assert torch.bincount(dataset.train_y).tolist() == [6000] * 10
     assert torch.bincount(dataset.test_y).tolist() == [1000] * 10
     assert 70 < dataset.train_x.numpy().mean() < 75  # Fashion-MNIST's mean pixel is 72.94
