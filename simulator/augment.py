@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,12 @@ SOLARIZE_THRESHOLD = 128 / 255
 # (value, q, p, t) (rows: the channels; columns: the sectors)
 HSV_SECTOR_PLANES = torch.tensor([[0, 1, 2, 2, 3, 0], [3, 0, 0, 1, 2, 2], [2, 2, 3, 0, 0, 1]])
 BICUBIC_A = -0.5  # Keys' cubic of torchvision's antialiased bicubic resize (and Pillow's); grid_sample's is -0.75
+
+
+@lru_cache(maxsize=None)
+def sector_planes(device: torch.device) -> torch.Tensor:
+    """:data:`HSV_SECTOR_PLANES` on ``device``, copied there once (the hue jitter indexes it every batch)."""
+    return HSV_SECTOR_PLANES.to(device)
 
 
 @dataclass(frozen=True)
@@ -395,7 +402,7 @@ def _hue(images: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     t = (value * (1.0 - saturation * (1.0 - within))).clamp(0.0, 1.0)
     planes = torch.stack((value, q, p, t), dim=1)
     sector = sector.to(torch.int64) % 6
-    shifted = planes.gather(1, HSV_SECTOR_PLANES.to(images.device)[:, sector].transpose(0, 1))
+    shifted = planes.gather(1, sector_planes(images.device)[:, sector].transpose(0, 1))
     return torch.where(shift.view(-1, 1, 1, 1) == 0, images, shifted)
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from simulator.augment import AugmentConfig, BatchAugment, rotate90, solarize, to_float
+from simulator.augment import HSV_SECTOR_PLANES, AugmentConfig, BatchAugment, rotate90, sector_planes, solarize, to_float
 
 NO_CROP = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.0)
 
@@ -237,6 +237,15 @@ def test_a_torchvision_box_is_resampled_as_torchvision_s_resized_crop_where_it_s
         rows, columns = math.ceil(28 / (2 * box_h) - 0.5), math.ceil(28 / (2 * box_w) - 0.5)
         inside = (slice(None), slice(rows, 28 - rows), slice(columns, 28 - columns))
         torch.testing.assert_close(augmented[inside], reference[inside], atol=3e-6, rtol=0)
+
+
+def test_the_hue_s_sector_table_is_copied_to_a_device_once():
+    """The hue jitter's index table is moved to the images' device once, not on every batch (``meta``:
+    a device on which every ``.to`` makes a new tensor, as a GPU's does)."""
+    meta = torch.device("meta")
+    assert sector_planes(meta) is sector_planes(meta)
+    assert sector_planes(meta).device == meta and sector_planes(meta).shape == HSV_SECTOR_PLANES.shape
+    assert torch.equal(sector_planes(torch.device("cpu")), HSV_SECTOR_PLANES)
 
 
 def test_hue_jitter_is_torchvision_s_adjust_hue_with_a_shift_in_range():
