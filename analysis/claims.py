@@ -13,7 +13,10 @@ A suite file (YAML, ``claims/*.yaml``) names
 - ``comparisons``: ``{arm, baseline, direction, margin}``, each arm minus its baseline paired by seed,
   with the direction the paper claims: ``greater`` (the arm is better), ``equivalent`` (within
   ``margin`` points either way) or ``not_greater`` (the arm does not help by ``margin`` points or more);
-  ``secondary_comparisons``: ``{arm, baseline}`` pairs printed for the record, never deciding;
+  ``secondary_comparisons``: ``{arm, baseline}`` pairs printed for the record, never deciding. Either
+  kind may add ``minus: {arm, baseline}``: a difference of differences, (arm − baseline) − (minus.arm −
+  minus.baseline) on each seed, for claims about how a setting changes a gap ("Orchestra loses less than
+  SimCLR when participation falls", "UV helps under label skew more than under covariate shift");
 - ``out``: the directory of the runs, ``OUT/ARM/seed_SEED/`` (``--runs-dir`` replaces it).
 
 ``--arms A,B,...`` restricts a suite to some of its arms (:func:`restrict_to_arms`): only their runs
@@ -45,7 +48,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, check_provenance, code_line,
                              learning_table, mean_std, numerics_line, numerics_notes, paired_difference, pixel_table)
@@ -67,15 +70,47 @@ class Comparison:
     baseline: str
     direction: str | None = None  # None: a secondary comparison (printed, never deciding)
     margin: float | None = None
+    minus: tuple[str, str] | None = None  # (arm, baseline) of the difference subtracted from this one
+
+    def arms(self) -> set[str]:
+        """Every arm the comparison reads."""
+        return {self.arm, self.baseline, *(self.minus or ())}
+
+    def label(self) -> str:
+        """What is computed on each seed: ``fedsc − fedavg_sc`` or ``(a − b) − (c − d)``."""
+        if self.minus is None:
+            return f"{self.arm} − {self.baseline}"
+        return f"({self.arm} − {self.baseline}) − ({self.minus[0]} − {self.minus[1]})"
 
     def claimed(self) -> str:
-        """The paper's claim in words, e.g. ``fedsc > fedavg_sc``."""
+        """The paper's claim in words, e.g. ``fedsc > fedavg_sc`` or ``a − b > c − d``."""
+        if self.minus is None:
+            better, than = self.arm, self.baseline
+        else:
+            better, than = f"{self.arm} − {self.baseline}", f"{self.minus[0]} − {self.minus[1]}"
         if self.direction == "greater":
-            return f"{self.arm} > {self.baseline}"
+            return f"{better} > {than}"
         points = f"{self.margin:g} point" + ("" if self.margin == 1 else "s")
         if self.direction == "equivalent":
-            return f"{self.arm} within ±{points} of {self.baseline}"
-        return f"{self.arm} not better than {self.baseline} by {points} or more"
+            return f"{better} within ±{points} of {than}"
+        return f"{better} not {'better than' if self.minus is None else 'above'} {than} by {points} or more"
+
+    def difference(self, runs: dict[str, list[dict]], value: Callable[[dict], float | None]
+                   ) -> PairedDifference | None:
+        """:func:`analysis.report.paired_difference` of the arm and its baseline, less that of the
+        ``minus`` pair on the same seed where there is one; None where a seed lacks a value."""
+        gap = paired_difference(runs[self.arm], runs[self.baseline], value)
+        if self.minus is None or gap is None:
+            return gap
+        other = paired_difference(runs[self.minus[0]], runs[self.minus[1]], value)
+        if other is None:
+            return None
+        subtracted = dict(zip(other.seeds, other.diffs))
+        seeds = tuple(seed for seed in gap.seeds if seed in subtracted)
+        if not seeds:
+            return None
+        by_seed = dict(zip(gap.seeds, gap.diffs))
+        return PairedDifference.of(seeds, tuple(by_seed[seed] - subtracted[seed] for seed in seeds))
 
 
 @dataclass(frozen=True)
@@ -172,24 +207,37 @@ def read_suite(path: str | Path) -> Suite:
             raise ScenarioError(source, key, f"expected {{scenario: PATH, set: [KEY=VALUE, ...]}}, got {arm!r}")
         arms[name] = Arm(name, text_of(f"{key}.scenario", arm["scenario"]), overrides_of(f"{key}.set", arm.get("set")))
 
+    def arm_pair(where: str, item: dict) -> tuple[str, str]:
+        for side in ("arm", "baseline"):
+            if not isinstance(item[side], str) or item[side] not in arms:
+                raise ScenarioError(source, f"{where}.{side}", f"expected one of the arms {', '.join(arms)}, "
+                                                               f"got {item[side]!r}")
+        if item["arm"] == item["baseline"]:
+            raise ScenarioError(source, where, "expected two different arms")
+        return item["arm"], item["baseline"]
+
     def comparisons_of(key: str, deciding: bool) -> tuple[Comparison, ...]:
         listed = raw.get(key) or []
         if not isinstance(listed, list) or (deciding and not listed):
             raise ScenarioError(source, key, "expected a non-empty list of {arm, baseline, direction, margin}"
                                 if deciding else "expected a list of {arm, baseline}")
-        allowed = {"arm", "baseline", "direction", "margin"} if deciding else {"arm", "baseline"}
+        allowed = {"arm", "baseline", "direction", "margin", "minus"} if deciding else {"arm", "baseline", "minus"}
         out = []
         for i, item in enumerate(listed):
             where = f"{key}[{i}]"
             if not isinstance(item, dict) or set(item) - allowed or not {"arm", "baseline"} <= set(item):
                 raise ScenarioError(source, where, f"expected a mapping with keys {', '.join(sorted(allowed))}, "
                                                    f"got {item!r}")
-            for side in ("arm", "baseline"):
-                if not isinstance(item[side], str) or item[side] not in arms:
-                    raise ScenarioError(source, f"{where}.{side}", f"expected one of the arms {', '.join(arms)}, "
-                                                                   f"got {item[side]!r}")
-            if item["arm"] == item["baseline"]:
-                raise ScenarioError(source, where, "expected two different arms")
+            pair = arm_pair(where, item)
+            minus = None
+            if "minus" in item:
+                if not isinstance(item["minus"], dict) or set(item["minus"]) != {"arm", "baseline"}:
+                    raise ScenarioError(source, f"{where}.minus", f"expected a mapping {{arm, baseline}} (the "
+                                                                  f"difference subtracted), got {item['minus']!r}")
+                minus = arm_pair(f"{where}.minus", item["minus"])
+                if set(minus) == set(pair):
+                    raise ScenarioError(source, f"{where}.minus", "expected another pair of arms than the "
+                                                                  "comparison's own")
             direction = margin = None
             if deciding:
                 direction = item.get("direction")
@@ -206,7 +254,7 @@ def read_suite(path: str | Path) -> Suite:
                     margin = float(margin)
                 elif margin is not None:
                     raise ScenarioError(source, f"{where}.margin", f"expected no margin with direction {direction}")
-            comparison = Comparison(item["arm"], item["baseline"], direction, margin)
+            comparison = Comparison(*pair, direction, margin, minus)
             if comparison in out:
                 raise ScenarioError(source, where, f"expected each comparison once; it repeats "
                                                    f"{key}[{out.index(comparison)}]")
@@ -231,14 +279,14 @@ def restrict_to_arms(suite: Suite, names: list[str]) -> Suite:
     if len(set(names)) != len(names):
         raise ScenarioError(suite.path, "--arms", f"expected each arm once, got {','.join(names)}")
     kept = set(names)
-    comparisons = tuple(c for c in suite.comparisons if {c.arm, c.baseline} <= kept)
+    comparisons = tuple(c for c in suite.comparisons if c.arms() <= kept)
     if not comparisons:
-        pairs = "; ".join(f"{c.arm},{c.baseline}" for c in suite.comparisons)
-        raise ScenarioError(suite.path, "--arms", f"expected both arms of a deciding comparison among "
+        pairs = "; ".join(",".join((c.arm, c.baseline, *(c.minus or ()))) for c in suite.comparisons)
+        raise ScenarioError(suite.path, "--arms", f"expected every arm of a deciding comparison among "
                                                   f"{','.join(names)} ({pairs})")
     return dataclasses.replace(
         suite, arms={name: arm for name, arm in suite.arms.items() if name in kept}, comparisons=comparisons,
-        secondary_comparisons=tuple(c for c in suite.secondary_comparisons if {c.arm, c.baseline} <= kept),
+        secondary_comparisons=tuple(c for c in suite.secondary_comparisons if c.arms() <= kept),
         left_out=tuple(name for name in suite.arms if name not in kept),
         left_out_comparisons=tuple(c for c in suite.comparisons if c not in comparisons))
 
@@ -553,7 +601,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     of ``suite.seeds`` because their runs have not finished; the report is then an interim one and
     its verdict is ``no verdict yet`` (the protocol decides on every seed of the suite)."""
     metrics = (suite.primary, *suite.secondary)
-    deciding_arms = {c.arm for c in suite.comparisons} | {c.baseline for c in suite.comparisons}
+    deciding_arms = set().union(*(c.arms() for c in suite.comparisons))
     lines = [f"# Claim: {suite.claim}", ""]
     if suite.paper:
         lines += [f"Paper: {suite.paper}", ""]
@@ -591,7 +639,10 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
               f"is marked as not shown to learn.",
               "", "## Paired differences: arm − baseline on the same seed, in points", "",
               "Mean [95% Student-t interval, n − 1 degrees of freedom; n/a with one seed] (seeds on which the arm "
-              "is ahead).", "",
+              "is ahead)." + (" A row (a − b) − (c − d) is a difference of differences, each seed's a − b less its "
+                               "c − d; it is ahead on the seeds where the first gap is the larger."
+                               if any(c.minus for c in (*suite.comparisons, *suite.secondary_comparisons)) else ""),
+              "",
               "| comparison | kind | " + " | ".join(f"{m}" + (" (primary)" if m == suite.primary else " (secondary)")
                                                    for m in metrics) + " |",
               "|" + "---|" * (2 + len(metrics))]
@@ -599,15 +650,14 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     for comparison in (*suite.comparisons, *suite.secondary_comparisons):
         cells = []
         for m in metrics:
-            d = paired_difference(runs[comparison.arm], runs[comparison.baseline],
-                                  lambda run, m=m: metric_value(run, "final", m))
+            d = comparison.difference(runs, lambda run, m=m: metric_value(run, "final", m))
             if m == suite.primary and comparison.direction is not None:
                 primary_differences[comparison] = d
             cells.append("n/a" if d is None else d.cell())
         kind = "decides" if comparison.direction is not None else "secondary, decides nothing"
-        if sum((c.arm, c.baseline) == (comparison.arm, comparison.baseline) for c in suite.comparisons) > 1:
+        if sum(c.label() == comparison.label() for c in suite.comparisons) > 1:
             kind += f" ({comparison.claimed()})"  # one pair claimed two ways: rows told apart
-        lines.append(f"| {comparison.arm} − {comparison.baseline} | {kind} | " + " | ".join(cells) + " |")
+        lines.append(f"| {comparison.label()} | {kind} | " + " | ".join(cells) + " |")
     notes = numerics_notes({seed: {arm: runs[arm][i] for arm in suite.arms} for i, seed in enumerate(suite.seeds)})
     if notes:
         lines += ["", "## Numerics: runs of a seed computed differently", "", NUMERICS_NOTE, "", *notes]
@@ -631,7 +681,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
                 ": the outcome rests on their sign alone; more seeds, or a finer metric, would show their spread"
                 if comparison.direction == "greater" else "")
         seeds = f"{len(d.diffs)} seed" + ("s" if len(d.diffs) != 1 else "")
-        lines.append(f"- claimed {comparison.claimed()}: {comparison.arm} − {comparison.baseline} = "
+        lines.append(f"- claimed {comparison.claimed()}: {comparison.label()} = "
                      f"{d.mean:+.2f} {interval} points over {seeds} → {outcome}")
     if not_learned:
         lines += ["", f"Deciding arm{'s' if len(not_learned) > 1 else ''} not shown to learn on {suite.primary} "
@@ -641,7 +691,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         lines += ["", f"**No verdict yet**: {len(suite.seeds)} of {len(suite.seeds) + len(pending)} seeds finished."]
         return "\n".join(lines) + "\n", "no verdict yet"
     if suite.left_out_comparisons:
-        dropped = ", ".join(f"{c.arm} − {c.baseline}" for c in suite.left_out_comparisons)
+        dropped = ", ".join(c.label() for c in suite.left_out_comparisons)
         lines += ["", f"**Partial: no verdict of the claim**: `--arms` left out its deciding comparison"
                       f"{'s' if len(suite.left_out_comparisons) > 1 else ''} {dropped}, and the claim is reproduced "
                       f"only when every one is."]

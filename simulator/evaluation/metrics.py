@@ -225,7 +225,7 @@ def finetune(
 
     The head is ``Linear(Standardise(features))``: the features standardised with the mean and
     standard deviation of the *frozen* encoder's features of ``train_x`` (fixed, as the linear probe
-    standardises), then a linear layer initialised to zero, so that with ``steps = 0`` every
+    standardises; a feature whose deviation there is at most 1e-6 is only centred), then a linear layer initialised to zero, so that with ``steps = 0`` every
     prediction is class 0. Each of the ``steps`` Adam steps (learning rate ``lr``, no weight decay)
     takes the next ``batch_size`` rows of a seeded random order of ``train_x`` (a fresh order each
     epoch; the whole set when it is smaller), optionally ``augment``-ed with a generator seeded
@@ -249,7 +249,10 @@ def finetune(
     """
     device = next(encoder.parameters(), torch.empty(0)).device
     frozen = extract_features(encoder, train_x) if train_features is None else train_features.float()
-    standardise = Standardise(frozen.mean(dim=0), frozen.std(dim=0).nan_to_num(1.0).clamp_min(1e-6))
+    # a feature constant on the labelled samples (a border pixel, a unit dead on them) keeps its scale: the
+    # augmented batches or the adapting encoder can make it vary, and a 1e-6 divisor would multiply that by 1e6
+    std = frozen.std(dim=0).nan_to_num(1.0)
+    standardise = Standardise(frozen.mean(dim=0), torch.where(std > 1e-6, std, torch.ones_like(std)))
     linear = zero_linear(frozen.shape[1], num_classes)
     model = nn.Sequential(copy.deepcopy(encoder), nn.Flatten(), standardise, linear).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -65,7 +65,7 @@ def fake_suite(tmp_path, synthetic_raw, comparisons, finals, knn_finals=None, nu
     ``knn_finals`` or linear - 0.1; raw pixels: probe 0.60, kNN 0.45; ``numerics``: per arm and seed the summary's ``numerics``, none
     recorded where absent)."""
     scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
-    lrs = {"a": 0.05, "b": 0.01, "c": 0.02}
+    lrs = {"a": 0.05, "b": 0.01, "c": 0.02, "d": 0.03}
     suite = {"claim": "a beats b", "paper": "Nobody et al., Table 1", "seeds": [0, 1, 2],
              "primary": "linear_top1", "secondary": ["knn_top1"],
              "arms": {arm: {"scenario": str(scenario_file), "set": [f"training.lr={lrs[arm]}"]} for arm in finals},
@@ -400,7 +400,7 @@ def test_arms_restricts_the_runs_and_the_table_to_the_named_arms(tmp_path, synth
     capsys.readouterr()
 
     cases = [("a,z", "--arms: expected arms of the suite (a, b, c), got 'z'"),
-             ("a,c", "--arms: expected both arms of a deciding comparison among a,c (a,b)"),
+             ("a,c", "--arms: expected every arm of a deciding comparison among a,c (a,b)"),
              ("a,b,a", "--arms: expected each arm once, got a,b,a")]
     for arms, expected in cases:
         assert main(["claim", str(suite_file), "--arms", arms]) == 2
@@ -417,6 +417,42 @@ def test_one_pair_claimed_two_ways_gives_two_rows_told_apart(tmp_path, synthetic
     out = capsys.readouterr().out
     assert "| a − b | decides (a within ±1 point of b) | " in out
     assert "| a − b | decides (a not better than b by 1 point or more) | " in out
+
+
+def test_a_difference_of_differences_is_paired_by_seed_and_decides(tmp_path, synthetic_raw, capsys):
+    # a - b: +2, +3, +4; c - d: -1, 0, 0; so (a - b) - (c - d): +3, +3, +4: mean 10/3, std 1/sqrt(3),
+    # standard error 1/3, t(0.975, 2) = 4.3027: [+1.90, +4.77]. Unpaired (the two gaps' means and standard
+    # errors) it would be +3.33 +- 4.30 sqrt(1/3 + 1/9): [+0.46, +6.20]; a - b alone +3.00 [+0.52, +5.48]
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60] * 3, "c": [0.59, 0.60, 0.60], "d": [0.60] * 3}
+    did = {"arm": "a", "baseline": "b", "minus": {"arm": "c", "baseline": "d"}}
+    suite = fake_suite(tmp_path, synthetic_raw, [{**did, "direction": "greater"}], finals)
+    raw = yaml.safe_load(suite.read_text())
+    write_yaml(suite, {**raw, "secondary_comparisons": [{"arm": "c", "baseline": "d"}, did]})
+    assert main(["claim", str(suite)]) == 0
+    out = capsys.readouterr().out
+    assert "A row (a − b) − (c − d) is a difference of differences" in out
+    assert "| (a − b) − (c − d) | decides | +3.33 [+1.90, +4.77] (ahead on 3/3) | +3.33 [+1.90, +4.77] (ahead on 3/3) |" \
+        in out
+    assert "| c − d | secondary, decides nothing | -0.33 [-1.77, +1.10] (ahead on 0/3) |" in out
+    assert "| (a − b) − (c − d) | secondary, decides nothing | +3.33 [+1.90, +4.77]" in out
+    assert "- claimed a − b > c − d: (a − b) − (c − d) = +3.33 [+1.90, +4.77] points over 3 seeds → **reproduced**" \
+        in out
+    assert "| c | decides | " in out and "| d | decides | " in out  # the subtracted pair's arms decide too
+    assert out.rstrip().endswith("**Claim reproduced**.")
+    # the subtracted gap reversed: the same on seeds 0 and 1, 4 points lower on seed 2 (+3, +3, 0): not reproduced
+    shutil.rmtree(tmp_path / "runs")
+    suite = fake_suite(tmp_path, synthetic_raw, [{**did, "direction": "greater"}],
+                       {**finals, "c": [0.59, 0.60, 0.64]})
+    assert main(["claim", str(suite)]) == 0
+    assert "(a − b) − (c − d) = +2.00 [-2.30, +6.30] points over 3 seeds → **not reproduced**" in capsys.readouterr().out
+    # --arms must keep all four arms of a difference of differences to keep it
+    assert main(["claim", str(suite), "--arms", "a,b,c"]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {suite}: --arms: expected every arm of a deciding comparison "
+                                       f"among a,b,c (a,b,c,d)\n")
+    # claimed within a margin: said in words of the two gaps
+    suite = fake_suite(tmp_path, synthetic_raw, [{**did, "direction": "not_greater", "margin": 1}], finals)
+    assert main(["claim", str(suite)]) == 0
+    assert "- claimed a − b not above c − d by 1 point or more: (a − b) − (c − d) = +3.33" in capsys.readouterr().out
 
 
 def test_arms_that_leave_out_a_deciding_comparison_give_no_verdict_of_the_claim(tmp_path, synthetic_raw, capsys):
@@ -542,6 +578,16 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
          "comparisons[0].arm: expected one of the arms a, b, got ['a']"),
         ({"secondary_comparisons": [{"arm": "a", "baseline": {"b": 1}}]},
          "secondary_comparisons[0].baseline: expected one of the arms a, b, got {'b': 1}"),
+        ({"comparisons": [{"arm": "a", "baseline": "b", "minus": {"arm": "b", "baseline": "a"},
+                           "direction": "greater"}]},
+         "comparisons[0].minus: expected another pair of arms than the comparison's own"),
+        ({"comparisons": [{"arm": "a", "baseline": "b", "minus": {"arm": "a"}, "direction": "greater"}]},
+         "comparisons[0].minus: expected a mapping {arm, baseline} (the difference subtracted), got {'arm': 'a'}"),
+        ({"secondary_comparisons": [{"arm": "a", "baseline": "b", "minus": {"arm": "a", "baseline": "z"}}]},
+         "secondary_comparisons[0].minus.baseline: expected one of the arms a, b, got 'z'"),
+        ({"secondary_comparisons": [{"arm": "a", "baseline": "b", "minus": ["a", "b"]}]},
+         "secondary_comparisons[0].minus: expected a mapping {arm, baseline} (the difference subtracted), got "
+         "['a', 'b']"),
         ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["seed=5"]}}},
          "arms.b.set: expected no seed=...: an arm's seeds come from the suite's seeds"),
         ({"set": ["training.lr=0.1", "seed=5"]}, "set: expected no seed=...: an arm's seeds come from the suite's"),

@@ -272,6 +272,33 @@ def test_finetuning_adapts_a_copy_of_the_encoder_and_beats_the_frozen_probe(one_
                                   seed=0)  # deterministic
 
 
+def test_a_feature_constant_on_the_labelled_samples_is_not_magnified_by_fine_tuning(one_thread):
+    # The raw-pixel reference (the encoder a Flatten) with augmentation: a border pixel is 0 on every
+    # labelled image, and crops move content into it. Here feature 2 is 0 on every labelled sample and
+    # noise of scale 1 after augmentation and at test time; features 0-1 carry the label. Standardised
+    # with a divisor of 1e-6 the noise reaches 1e6, its head weight follows the noise and the predictions
+    # with it (accuracy about chance); only centred, it stays noise of scale 1 beside the signal.
+    generator = torch.Generator().manual_seed(0)
+
+    def task(n, constant_noise):
+        labels = torch.randint(0, 2, (n,), generator=generator)
+        signal = (2.0 * labels - 1).unsqueeze(1) * torch.tensor([1.0, 1.0]) + 0.3 * torch.randn(n, 2, generator=generator)
+        third = torch.zeros(n, 1) if constant_noise else torch.randn(n, 1, generator=generator)
+        return torch.cat([signal, third], dim=1), labels
+
+    train_x, train_y = task(100, constant_noise=True)
+    test_x, test_y = task(1000, constant_noise=False)
+
+    def noise_in_feature_2(x, gen):
+        return x + torch.cat([torch.zeros(len(x), 2), torch.randn(len(x), 1, generator=gen)], dim=1)
+
+    accuracy = finetune_top1(nn.Identity(), train_x, train_y, test_x, test_y, 2, steps=100, batch_size=32, lr=1e-2,
+                             seed=0, augment=noise_in_feature_2)
+    assert accuracy > 0.95
+    model = finetune(nn.Identity(), train_x, train_y, 2, steps=0)
+    assert torch.equal(model[2].std, torch.cat([train_x[:, :2].std(dim=0), torch.ones(1)]))  # feature 2 centred only
+
+
 def test_finetuning_with_no_steps_predicts_class_0_everywhere(one_thread):
     # The head starts at zero: equal logits, argmax 0, so accuracy = the share of class 0 in the test set.
     generator = torch.Generator().manual_seed(1)
@@ -314,7 +341,9 @@ def test_finetuning_is_adam_on_seeded_batches_with_the_copy_in_train_mode(n, bat
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU())
     model = finetune(encoder, train_x, train_y, 2, steps=steps, batch_size=batch_size, lr=1e-2, seed=5)
     frozen = extract_features(encoder, train_x)
-    hand = nn.Sequential(copy.deepcopy(encoder), nn.Flatten(), Standardise(frozen.mean(0), frozen.std(0).clamp_min(1e-6)),
+    std = frozen.std(0)
+    assert (std == 0).any()  # a unit dead on every sample: only centred
+    hand = nn.Sequential(copy.deepcopy(encoder), nn.Flatten(), Standardise(frozen.mean(0), torch.where(std > 0, std, 1)),
                          zero_linear(8, 2))
     optimizer = torch.optim.Adam(hand.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(5)
