@@ -153,7 +153,8 @@ class History:
             full = self.full(commit) if commit else None
             # a run older than the scenario's first record: what changed before that record is not known
             first = self.first_record(scenario_path) or self.baseline_commits[-1]
-            if full is None or not self.contains(full, first):
+            # a commit off this history (an unmerged branch) may train otherwise than any commit on it
+            if full is None or not self.contains("HEAD", full) or not self.contains(full, first):
                 return "unknown"
             states.add("stale" if any(not self.contains(full, c) for c in self.changes(scenario_path)) else "current")
         return "stale" if "stale" in states else "current"

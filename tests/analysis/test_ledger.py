@@ -87,6 +87,18 @@ def test_only_a_code_change_of_the_trained_state_makes_earlier_runs_stale(histor
     assert h.code_state(code(c["c1"]) + code(c["c3"]), "scenarios/quickstart.yaml") == "stale"
 
 
+def test_a_run_of_a_commit_off_the_history_is_of_unknown_code(history):
+    """A run made on a branch never merged, whose code differs from every commit of the history (no
+    baseline re-recorded there to say so), is of unknown code, not current."""
+    repo, c = history
+    git(repo, "checkout", "-q", "-b", "side")
+    side = commit(repo, "an unmerged change", files={"simulator/x.py": "a = 999\n"})
+    git(repo, "checkout", "-q", "-")
+    h = History(repo)
+    assert h.code_state(code(side), "scenarios/quickstart.yaml") == "unknown"
+    assert h.code_state(code(c["c5"]), "scenarios/quickstart.yaml") == "current"
+
+
 def test_a_record_replaced_by_another_machines_makes_earlier_runs_stale(history):
     """A baseline whose records before and after share no CPU capability cannot say the state is
     unchanged: a re-record on another machine alone (no code, no file) counts as a change."""
