@@ -558,6 +558,26 @@ def decide(interval: tuple[float, float] | None, direction: str, margin: float |
     raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
 
 
+def boundaries(comparison: Comparison) -> tuple[float, ...]:
+    """The points an interval's ends are decided against (:func:`decide`)."""
+    if comparison.direction == "equivalent":
+        return -comparison.margin, comparison.margin
+    return (comparison.margin,) if comparison.direction == "not_greater" else (0.0,)
+
+
+def interval_text(interval: tuple[float, float], against: tuple[float, ...]) -> str:
+    """``[-0.52, +5.48]``, each end with as many more decimals as it takes not to print as one of
+    ``against`` where it is not (``-1.004``, not ``-1.00``, beside a margin of 1: the verdict compares
+    the unrounded ends, and two decimals would show an interval it does not decide on)."""
+    def end(value: float) -> str:
+        for decimals in range(2, 10):
+            text = f"{value:+.{decimals}f}"
+            if all(round(value, 9) == b or float(text) != b for b in against):
+                break
+        return text
+    return f"[{end(interval[0])}, {end(interval[1])}]"
+
+
 def overall(verdicts: list[str]) -> str:
     if all(v == "reproduced" for v in verdicts):
         return "reproduced"
@@ -674,7 +694,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         d = primary_differences[comparison]
         verdict, reason = decide(d.interval, comparison.direction, comparison.margin)
         verdicts.append(verdict)
-        interval = "n/a" if d.interval is None else f"[{d.interval[0]:+.2f}, {d.interval[1]:+.2f}]"
+        interval = "n/a" if d.interval is None else interval_text(d.interval, boundaries(comparison))
         outcome = "no verdict yet" if pending else f"**{verdict}** ({reason})"
         if d.interval is not None and round(d.interval[0], 9) == round(d.interval[1], 9):
             outcome += "; the differences are equal on every seed, so the interval has no width" + (

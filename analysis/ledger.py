@@ -236,7 +236,9 @@ def against_margin(gains: list[float], margin: float) -> tuple[str, str]:
         return f"{mean:+.2f}", "one seed"
     low, high = interval
     where = "above" if low >= margin else "below" if high < margin else "straddles"
-    return f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]", where
+    # the ends with the decimals it takes not to print as the margin where they are not (the place is
+    # decided on the unrounded ends: +3.996 is across a margin of 4, not above it)
+    return f"{mean:+.2f} [{gain_text(low, margin)}, {gain_text(high, margin)}]", where
 
 
 def spread_table(shipped: dict[str, dict], matched: list[LedgerRun], margins: dict[str, float]) -> str:

@@ -271,6 +271,18 @@ def test_equivalence_inside_and_outside_the_margin(tmp_path, synthetic_raw, caps
     assert "→ **not reproduced** (the interval reaches beyond ±1" in capsys.readouterr().out
 
 
+def test_an_interval_end_beside_the_margin_is_printed_on_its_side_of_it(tmp_path, synthetic_raw, capsys):
+    # a - b: -0.58, -0.27, 0: [-1.0043, +0.4376], beyond -1; -0.58, -0.25, 0: [-0.9993, +0.4460], inside.
+    # With two decimals both low ends print as -1.00 beside opposite verdicts
+    claimed = [{"arm": "a", "baseline": "b", "direction": "equivalent", "margin": 1.0}]
+    for second, expected in ((0.5973, "[-1.004, +0.44] points over 3 seeds → **not reproduced**"),
+                             (0.5975, "[-0.999, +0.45] points over 3 seeds → **reproduced**")):
+        shutil.rmtree(tmp_path / "runs", ignore_errors=True)
+        suite = fake_suite(tmp_path, synthetic_raw, claimed, {"a": [0.5942, second, 0.60], "b": [0.60] * 3})
+        assert main(["claim", str(suite)]) == 0
+        assert expected in capsys.readouterr().out
+
+
 def test_an_arm_whose_gain_interval_reaches_zero_is_not_shown_to_learn_whatever_its_mean(tmp_path, synthetic_raw,
                                                                                          capsys):
     # round 0 probe 0.50: c gains +5, -3, +1 (mean +1, [-8.94, +10.94]); a gains +12, +13, +14

@@ -258,6 +258,13 @@ def test_an_interval_touching_the_margin_lies_above_at_its_low_end_and_across_at
     assert against_margin([5.0, 6.0, 7.0], high + 1e-9) == ("+6.00 [+3.52, +8.48]", "below")
 
 
+def test_an_interval_end_just_below_the_margin_is_not_printed_as_reaching_it():
+    # gains 5.48, 6.48, 7.48: [6.48 - 2.48414, ...] = [+3.99586, +8.96414], across the margin of 4
+    assert against_margin([5.48, 6.48, 7.48], 4.0) == ("+6.48 [+3.996, +8.96]", "straddles")
+    # gains 1.2, 1.5, 1.8 (sd 0.3, half 0.74524): [+0.75476, +2.24524], below a margin of 2.246 (not +2.25)
+    assert against_margin([1.2, 1.5, 1.8], 2.246) == ("+1.50 [+0.75, +2.245]", "below")
+
+
 def test_a_seeds_gain_is_the_mean_of_its_runs_rounded_as_one_runs_gain_is():
     """Three runs of one seed gaining 3.59, 4.47 and 3.94 points gain 4 on average; floating point's mean
     is 3.9999999999999996, which would put three such seeds below a margin of 4 while printing +4.00."""
