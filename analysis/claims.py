@@ -615,11 +615,12 @@ def finished_seeds(suite: Suite, states: list[RunState]) -> tuple[int, ...]:
     return tuple(seed for seed in suite.seeds if seed not in unfinished)
 
 
-def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pending: tuple[int, ...] = ()
-                ) -> tuple[str, str]:
+def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pending: tuple[int, ...] = (),
+                differing: list[str] = ()) -> tuple[str, str]:
     """(the markdown report of the claim, its overall verdict). ``pending``: the suite's seeds left out
     of ``suite.seeds`` because their runs have not finished; the report is then an interim one and
-    its verdict is ``no verdict yet`` (the protocol decides on every seed of the suite)."""
+    its verdict is ``no verdict yet`` (the protocol decides on every seed of the suite). ``differing``:
+    :func:`stale_notes` of the runs, a section of the report where there are any."""
     metrics = (suite.primary, *suite.secondary)
     deciding_arms = set().union(*(c.arms() for c in suite.comparisons))
     lines = [f"# Claim: {suite.claim}", ""]
@@ -687,6 +688,8 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     if (against_pixels := pixel_table(by_arm, label="arm")) is not None:
         lines += ["", "## Per run: round 0 and final against the raw pixels (decides nothing)", "",
                   against_pixels.rstrip("\n")]
+    if differing:
+        lines += ["", "## Runs used though their scenario differs from the suite's", "", *(f"- {n}" for n in differing)]
     lines += ["", f"## Verdict (decided only by the primary metric, {suite.primary}; secondary metrics and "
                   f"secondary comparisons decide nothing)", ""]
     verdicts = []

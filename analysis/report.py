@@ -437,8 +437,10 @@ def paired_table(runs: list[dict], baseline: str) -> str:
             continue
         differences = [paired_difference(members, groups[baseline], lambda run, key=key: run["final"][key])
                        for key in finals]
-        shared = sorted({run["seed"] for run in members} & {run["seed"] for run in groups[baseline]})
-        seeds = ",".join(map(str, shared)) or "none (no seed in common with the baseline)"
+        own, base = {run["seed"] for run in members}, {run["seed"] for run in groups[baseline]}
+        seeds = ",".join(map(str, sorted(own & base))) or "none (no seed in common with the baseline)"
+        if own & base and own ^ base:  # seeds of one side only: left out of the pairs, and said
+            seeds += f" (unpaired, left out: {','.join(map(str, sorted(own ^ base)))})"
         cells = " | ".join("n/a" if d is None else d.cell() for d in differences)
         lines.append(f"| {name} | {seeds} | {cells} |")
     by_seed: dict[int, dict[str, dict]] = defaultdict(dict)

@@ -361,11 +361,14 @@ def interim_claim(suite, states, runs_dir) -> int:
 
 
 def print_claim_table(suite, runs_dir, pending: tuple[int, ...] = ()) -> int:
-    """Print the claim's table over ``suite.seeds`` (``pending``: the seeds left out, unfinished)."""
-    from analysis.claims import claim_table, read_runs
+    """Print the claim's table over ``suite.seeds`` (``pending``: the seeds left out, unfinished), with
+    the runs it uses whose scenario differs from the suite's named in it."""
+    from analysis.claims import arm_scenarios, claim_table, read_runs, run_states, stale_notes
     try:
-        table, _ = claim_table(suite, read_runs(suite, runs_dir), runs_dir, pending)
-    except (ValueError, OSError) as err:
+        scenarios = arm_scenarios(suite)
+        notes = stale_notes(scenarios, run_states(suite, scenarios, runs_dir))
+        table, _ = claim_table(suite, read_runs(suite, runs_dir), runs_dir, pending, notes)
+    except (ValueError, OSError, ScenarioError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
     print(table, end="")

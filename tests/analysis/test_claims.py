@@ -197,6 +197,8 @@ def test_a_kept_run_whose_scenario_differs_from_the_suites_is_named_with_and_wit
         captured = capsys.readouterr()
         assert captured.err == note, extra
         assert "**Claim reproduced**." in captured.out
+        # and in the report itself, which is what is kept
+        assert f"## Runs used though their scenario differs from the suite's\n\n- {note}" in captured.out, extra
 
 
 def test_report_names_a_run_whose_scenario_differs_from_the_others_of_its_name(tmp_path, capsys):

@@ -164,11 +164,12 @@ def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys)
     table = paired_table([read_run(d) for d in dirs], "base")
     # differences on seeds 0 and 1: +5 and -2 points: mean +1.50, std 4.95, standard error 3.5,
     # t(0.975, 1 dof) = 12.7062: +1.50 -+ 44.47; ahead on 1 of 2
-    assert "| new | 0,1 | +1.50 [-42.97, +45.97] (ahead on 1/2) | +0.00 [+0.00, +0.00] (ahead on 0/2) |" in table
+    assert ("| new | 0,1 (unpaired, left out: 2,3) | +1.50 [-42.97, +45.97] (ahead on 1/2) | +0.00 [+0.00, +0.00] "
+            "(ahead on 0/2) |") in table
     assert "95% Student-t interval" in table
     assert "| base |" not in table
     assert main(["report", *map(str, dirs), "--baseline", "base"]) == 0
-    assert "| new | 0,1 | +1.50" in capsys.readouterr().out
+    assert "| new | 0,1 (unpaired, left out: 2,3) | +1.50" in capsys.readouterr().out
     assert main(["report", *map(str, dirs), "--baseline", "nope"]) == 2
     assert "--baseline: expected one of the scenario names ['base', 'new'], got 'nope'" in capsys.readouterr().err
 
@@ -275,7 +276,7 @@ def test_paired_interval_is_the_t_interval_of_the_per_seed_differences(tmp_path,
     assert difference.interval == pytest.approx((-3.5724, 9.5724), abs=1e-4)
     table = paired_table(runs, "base")
     assert "| arm | 0,1,2 | +3.00 [-3.57, +9.57] (ahead on 3/3) |" in table
-    assert "| single | 2 | -5.00 [n/a: 1 seed] (ahead on 0/1) |" in table
+    assert "| single | 2 (unpaired, left out: 0,1) | -5.00 [n/a: 1 seed] (ahead on 0/1) |" in table
     assert main(["report", *map(str, dirs), "--baseline", "base"]) == 0
     assert "| arm | 0,1,2 | +3.00 [-3.57, +9.57] (ahead on 3/3) |" in capsys.readouterr().out
 
@@ -332,6 +333,13 @@ def test_a_scenario_sharing_no_seed_with_the_baseline_is_a_row_of_n_a(tmp_path):
     dirs = [fake_run(tmp_path, "base", s, 0.6) for s in (0, 1)] + [fake_run(tmp_path, "other", s, 0.7) for s in (5, 6)]
     table = paired_table([read_run(d) for d in dirs], "base")
     assert "| other | none (no seed in common with the baseline) | n/a | n/a |" in table
+
+
+def test_seeds_of_one_side_only_are_named_as_left_out_of_the_pairs(tmp_path):
+    dirs = [fake_run(tmp_path, "base", s, 0.6) for s in (0, 1, 3)] + [fake_run(tmp_path, "other", s, 0.7)
+                                                                       for s in (0, 1, 2)]
+    table = paired_table([read_run(d) for d in dirs], "base")
+    assert "| other | 0,1 (unpaired, left out: 2,3) | +10.00 [+10.00, +10.00] (ahead on 2/2) |" in table
 
 
 def label_efficient_run(tmp_path, name, seed, finetune=False):
