@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, check_provenance, code_line,
-                             learning_table, mean_std, numerics_line, numerics_notes, paired_difference, pixel_table)
+                             learning_table, mean_std, numerics_line, numerics_notes, paired_difference, pixel_table,
+                             side_text)
 from simulator.evaluation.monitor import EVALUATED_METRIC
 from simulator.runlog import check_directory_path, read_metrics, read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, fraction_suffix, load_scenario, lookup, read_yaml
@@ -98,7 +99,8 @@ class Comparison:
     def difference(self, runs: dict[str, list[dict]], value: Callable[[dict], float | None]
                    ) -> PairedDifference | None:
         """:func:`analysis.report.paired_difference` of the arm and its baseline, less that of the
-        ``minus`` pair on the same seed where there is one; None where a seed lacks a value."""
+        ``minus`` pair on the same seed where there is one (over the seeds both pairs have); None where
+        a paired run lacks the value."""
         gap = paired_difference(runs[self.arm], runs[self.baseline], value)
         if self.minus is None or gap is None:
             return gap
@@ -269,8 +271,8 @@ def read_suite(path: str | Path) -> Suite:
 
 
 def restrict_to_arms(suite: Suite, names: list[str]) -> Suite:
-    """The suite with only the arms ``names`` and the comparisons (deciding and secondary) whose two
-    arms are among them; raises ``ScenarioError`` for an unknown or repeated arm, or for names that
+    """The suite with only the arms ``names`` and the comparisons (deciding and secondary) whose arms
+    (four for a difference of differences) are all among them; raises ``ScenarioError`` for an unknown or repeated arm, or for names that
     keep no deciding comparison whole (the table would decide nothing)."""
     for name in names:
         if name not in suite.arms:
@@ -566,16 +568,10 @@ def boundaries(comparison: Comparison) -> tuple[float, ...]:
 
 
 def interval_text(interval: tuple[float, float], against: tuple[float, ...]) -> str:
-    """``[-0.52, +5.48]``, each end with as many more decimals as it takes not to print as one of
-    ``against`` where it is not (``-1.004``, not ``-1.00``, beside a margin of 1: the verdict compares
-    the unrounded ends, and two decimals would show an interval it does not decide on)."""
-    def end(value: float) -> str:
-        for decimals in range(2, 10):
-            text = f"{value:+.{decimals}f}"
-            if all(round(value, 9) == b or float(text) != b for b in against):
-                break
-        return text
-    return f"[{end(interval[0])}, {end(interval[1])}]"
+    """``[-0.52, +5.48]``, each end on its side of each of ``against`` (:func:`analysis.report.side_text`):
+    the verdict compares the unrounded ends, and two decimals could show one interval beside opposite
+    verdicts (``-1.00`` for -1.004 and for -0.996 beside a margin of 1)."""
+    return f"[{side_text(interval[0], against)}, {side_text(interval[1], against)}]"
 
 
 def overall(verdicts: list[str]) -> str:
@@ -676,7 +672,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
                 primary_differences[comparison] = d
             cells.append("n/a" if d is None else d.cell())
         kind = "decides" if comparison.direction is not None else "secondary, decides nothing"
-        if sum(c.label() == comparison.label() for c in suite.comparisons) > 1:
+        if comparison.direction is not None and sum(c.label() == comparison.label() for c in suite.comparisons) > 1:
             kind += f" ({comparison.claimed()})"  # one pair claimed two ways: rows told apart
         lines.append(f"| {comparison.label()} | {kind} | " + " | ".join(cells) + " |")
     notes = numerics_notes({seed: {arm: runs[arm][i] for arm in suite.arms} for i, seed in enumerate(suite.seeds)})

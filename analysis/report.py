@@ -225,11 +225,22 @@ def points_over_round0(run: dict, metric: str) -> float:
 
 
 def gain_text(gain: float, margin: float | None = None) -> str:
-    """``gain`` in points as ``+3.25``; with as many more decimals as it takes for a gain below ``margin`` not
-    to be printed as reaching it (``+3.999``, not ``+4.00``: the verdicts compare the unrounded gains)."""
+    """``gain`` in points as ``+3.25``, on its side of ``margin`` (:func:`side_text`): ``+3.999``, not ``+4.00``."""
+    return side_text(gain, () if margin is None else (margin,))
+
+
+def side_text(value: float, boundaries: tuple[float, ...]) -> str:
+    """``value`` in points as ``+3.25``, with as many more decimals as it takes to print it on its side of
+    each boundary, below, at or above, as the verdicts read it (the value rounded to 1e-9): ``+3.999`` and
+    not ``+4.00`` below a margin of 4, ``-1.004`` and not ``-1.00`` beyond -1, ``+3.513`` and not ``+3.51``
+    above 3.512."""
+    exact = round(value, 9)
+
+    def misplaced(printed: float, b: float) -> bool:  # on the other side, or at it and the value not
+        return (printed - b) * (exact - b) < 0 or (printed == b and exact != b)
     for decimals in range(2, 10):
-        text = f"{gain:+.{decimals}f}"
-        if margin is None or gain >= margin or float(text) < margin:
+        text = f"{value:+.{decimals}f}"
+        if not any(misplaced(float(text), round(b, 9)) for b in boundaries):
             break
     return text
 

@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     claim.add_argument("--progress", action="store_true", help="per-round progress lines of each run")
     claim.add_argument("--arms", metavar="A,B,...", help="only these arms of the suite (run and shown), with the "
                                                          "comparisons between them; they must include a deciding "
-                                                         "comparison's two arms")
+                                                         "comparison's arms")
     claim.add_argument("--until", metavar="HH:MM|+DURATION",
                        help="stop at this local time (its next occurrence) or after this long (+45m, +2h30m): "
                             "the run under way ends its round and checkpoint, no later run starts, the table "

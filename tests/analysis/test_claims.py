@@ -431,6 +431,11 @@ def test_one_pair_claimed_two_ways_gives_two_rows_told_apart(tmp_path, synthetic
     out = capsys.readouterr().out
     assert "| a − b | decides (a within ±1 point of b) | " in out
     assert "| a − b | decides (a not better than b by 1 point or more) | " in out
+    # the same pair also printed as a secondary comparison: a row of its own, told as secondary
+    raw = yaml.safe_load(suite.read_text())
+    write_yaml(suite, {**raw, "secondary_comparisons": [{"arm": "a", "baseline": "b"}]})
+    assert main(["claim", str(suite)]) == 0
+    assert "| a − b | secondary, decides nothing | " in capsys.readouterr().out
 
 
 def test_a_difference_of_differences_is_paired_by_seed_and_decides(tmp_path, synthetic_raw, capsys):

@@ -263,6 +263,8 @@ def test_an_interval_end_just_below_the_margin_is_not_printed_as_reaching_it():
     assert against_margin([5.48, 6.48, 7.48], 4.0) == ("+6.48 [+3.996, +8.96]", "straddles")
     # gains 1.2, 1.5, 1.8 (sd 0.3, half 0.74524): [+0.75476, +2.24524], below a margin of 2.246 (not +2.25)
     assert against_margin([1.2, 1.5, 1.8], 2.246) == ("+1.50 [+0.75, +2.245]", "below")
+    # and above it: low +3.51206 above a margin of 3.512 (given with --margins) is not printed as +3.51
+    assert against_margin([4.9962, 5.9962, 6.9962], 3.512) == ("+6.00 [+3.5121, +8.48]", "above")
 
 
 def test_a_seeds_gain_is_the_mean_of_its_runs_rounded_as_one_runs_gain_is():
