@@ -272,8 +272,8 @@ def read_suite(path: str | Path) -> Suite:
 
 def restrict_to_arms(suite: Suite, names: list[str]) -> Suite:
     """The suite with only the arms ``names`` and the comparisons (deciding and secondary) whose arms
-    (four for a difference of differences) are all among them; raises ``ScenarioError`` for an unknown or repeated arm, or for names that
-    keep no deciding comparison whole (the table would decide nothing)."""
+    (four for a difference of differences) are all among them; raises ``ScenarioError`` for an unknown
+    or repeated arm, or for names that keep no deciding comparison whole (the table would decide nothing)."""
     for name in names:
         if name not in suite.arms:
             raise ScenarioError(suite.path, "--arms", f"expected arms of the suite ({', '.join(suite.arms)}), "
@@ -612,7 +612,7 @@ def finished_seeds(suite: Suite, states: list[RunState]) -> tuple[int, ...]:
 
 
 def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pending: tuple[int, ...] = (),
-                differing: list[str] = ()) -> tuple[str, str]:
+                differing: list[str] | tuple[str, ...] = ()) -> tuple[str, str]:
     """(the markdown report of the claim, its overall verdict). ``pending``: the suite's seeds left out
     of ``suite.seeds`` because their runs have not finished; the report is then an interim one and
     its verdict is ``no verdict yet`` (the protocol decides on every seed of the suite). ``differing``:

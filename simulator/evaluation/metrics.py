@@ -225,12 +225,12 @@ def finetune(
 
     The head is ``Linear(Standardise(features))``: the features standardised with the mean and
     standard deviation of the *frozen* encoder's features of ``train_x`` (fixed, as the linear probe
-    standardises; a feature whose deviation there is at most 1e-6 is only centred), then a linear layer initialised to zero, so that with ``steps = 0`` every
-    prediction is class 0. Each of the ``steps`` Adam steps (learning rate ``lr``, no weight decay)
-    takes the next ``batch_size`` rows of a seeded random order of ``train_x`` (a fresh order each
-    epoch; the whole set when it is smaller), optionally ``augment``-ed with a generator seeded
-    with ``seed``, and minimises the cross-entropy, with the copy in train mode. Deterministic in
-    ``seed`` on a given device and thread count.
+    standardises; a feature whose deviation there is at most 1e-6 is only centred), then a linear
+    layer initialised to zero, so that with ``steps = 0`` every prediction is class 0. Each of the
+    ``steps`` Adam steps (learning rate ``lr``, no weight decay) takes the next ``batch_size`` rows of
+    a seeded random order of ``train_x`` (a fresh order each epoch; the whole set when it is smaller),
+    optionally ``augment``-ed with a generator seeded with ``seed``, and minimises the cross-entropy,
+    with the copy in train mode. Deterministic in ``seed`` on a given device and thread count.
 
     Args:
         encoder: maps float images [B, C, H, W] in [0, 1] (or float features) to features [B, D].
