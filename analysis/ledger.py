@@ -15,8 +15,9 @@ are shipped now and reads the margins off the runs that match:
   recorded 3-round baseline (``tests/scenarios_baseline.json``, which a change to what a scenario
   computes re-records on purpose). Where a later commit did, the run is **stale**; where the run's
   code is not recorded (runs before ``summary.json`` named it), carries uncommitted changes, is not
-  in this repository's history, or predates the scenario's first baseline record, it is
-  **unknown**. Stale and unknown runs are shown apart, with their verdicts, and decide nothing.
+  in this repository's history, or predates the scenario's first baseline record (or no record names
+  the scenario), it is **unknown**; a resumed run is stale when one of its sessions is, else unknown
+  when one is. Stale and unknown runs are shown apart, with their verdicts, and decide nothing.
 
 A second table says, per file, where its mean gain over its seeds of current code lies against each
 margin (a 95% Student-t interval over seeds): wholly above, wholly below (a file whose expected gain
@@ -146,18 +147,21 @@ class History:
         """``current``, ``stale`` or ``unknown`` (module docstring) for a run's ``summary.json`` ``code``."""
         if not code or not self.baseline_commits:
             return "unknown"
+        # a scenario no baseline records: what changed its training is not known
+        first = self.first_record(scenario_path)
         states = set()
         for line in code:
             # "git 0123456789ab+modified" (uncommitted changes) names no commit git knows: unknown
             commit = line.rpartition("git ")[2] if "git " in line else ""
             full = self.full(commit) if commit else None
+            # a commit off this history (an unmerged branch) may train otherwise than any commit on it;
             # a run older than the scenario's first record: what changed before that record is not known
-            first = self.first_record(scenario_path) or self.baseline_commits[-1]
-            # a commit off this history (an unmerged branch) may train otherwise than any commit on it
-            if full is None or not self.contains("HEAD", full) or not self.contains(full, first):
-                return "unknown"
-            states.add("stale" if any(not self.contains(full, c) for c in self.changes(scenario_path)) else "current")
-        return "stale" if "stale" in states else "current"
+            if first is None or full is None or not self.contains("HEAD", full) or not self.contains(full, first):
+                states.add("unknown")
+            else:
+                states.add("stale" if any(not self.contains(full, c) for c in self.changes(scenario_path)) else "current")
+        # one session of a resumed run at stale code makes the run stale, whatever the others' state
+        return next(state for state in ("stale", "unknown", "current") if state in states)
 
 
 @dataclass
@@ -169,11 +173,13 @@ class LedgerRun:
 
 def run_dirs(roots: list[Path]) -> list[Path]:
     """The finished runs under ``roots`` (folders holding ``summary.json`` and ``scenario.yaml``)."""
-    found = []
+    found: dict[Path, Path] = {}  # by resolved path: a folder reached by two spellings counts once
     for root in roots:
         check_existing_directory(root, "directory of runs")
-        found += [p.parent for p in root.rglob("summary.json") if (p.parent / "scenario.yaml").exists()]
-    return sorted(set(found))
+        for p in sorted(root.rglob("summary.json")):
+            if (p.parent / "scenario.yaml").exists():
+                found.setdefault(p.parent.resolve(), p.parent)
+    return sorted(found.values())
 
 
 def match_runs(shipped: dict[str, dict], dirs: list[Path], history: History) -> list[LedgerRun]:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from analysis.ledger import (History, LedgerRun, against_margin, differences, gains, ledger, match_runs, on_gpu,
-                             seed_gains, self_supervised_fashion_mnist)
+                             run_dirs, seed_gains, self_supervised_fashion_mnist)
 from analysis.report import LEARNING_MARGINS, parse_margins, t_interval
 from simulator.cli import main
 from simulator.scenario import load_scenario
@@ -134,6 +134,40 @@ def test_a_run_older_than_its_scenarios_first_record_is_of_unknown_code(history)
     h = History(repo)
     assert h.first_record(name) == first and h.changes(name) == ()
     assert [h.code_state(code(k), name) for k in (c["c5"], change, first)] == ["unknown", "unknown", "current"]
+
+
+def test_a_scenario_no_baseline_records_is_of_unknown_code(history):
+    """A file never recorded in the baseline: no record can tell what changed its training, so every
+    run of it is unknown (the rule fell back to the oldest record of any scenario, and the file's list
+    of changes being empty, every later run was current whatever the code did since)."""
+    repo, c = history
+    name = "scenarios/fedavg/byol.yaml"
+    commit(repo, "the file, never recorded", files={name: (REPO / name).read_text()})
+    h = History(repo)
+    assert h.first_record(name) is None
+    assert [h.code_state(code(c[k]), name) for k in ("c2", "c5")] == ["unknown", "unknown"]
+
+
+def test_a_resumed_run_with_a_stale_session_is_stale_whatever_its_other_sessions(history):
+    """A session at stale code decides, whichever order the sessions are listed in; an unknown one
+    with the others current makes the run unknown."""
+    repo, c = history
+    h = History(repo)
+    name = "scenarios/quickstart.yaml"
+    unknown = "fedssl 0.1.0, git 0123456789ab"
+    assert h.code_state([unknown] + code(c["c1"]), name) == "stale"
+    assert h.code_state(code(c["c1"]) + [unknown], name) == "stale"
+    assert h.code_state(code(c["c5"]) + [unknown], name) == "unknown"
+
+
+def test_a_run_folder_reached_by_two_spellings_is_listed_once(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        (runs / f"seed_{seed}").mkdir(parents=True)
+        (runs / f"seed_{seed}" / "summary.json").write_text("{}")
+        (runs / f"seed_{seed}" / "scenario.yaml").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert run_dirs([Path("runs"), runs, Path("runs/../runs/seed_0")]) == [Path("runs/seed_0"), Path("runs/seed_1")]
 
 
 def test_the_first_baselines_one_capability_format_is_read(history):
