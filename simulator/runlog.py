@@ -149,7 +149,7 @@ def new_run_dir(out: str | None, scenario: dict) -> Path:
     with one line."""
     try:
         if out is None:  # the first free name, taken by mkdir itself: two runs started at once get two
-            base = Path(scenario["output"]["dir"]) / f"{scenario['name']}-{datetime.now():%Y%m%d-%H%M%S}"
+            base = Path(scenario["output"]["dir"]).expanduser() / f"{scenario['name']}-{datetime.now():%Y%m%d-%H%M%S}"
             base.parent.mkdir(parents=True, exist_ok=True)
             run_dir, n = base, 1
             while True:

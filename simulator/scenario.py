@@ -7,6 +7,7 @@ A scenario is a YAML mapping with the sections of ``DEFAULTS``; the ``method`` s
 from __future__ import annotations
 
 import copy
+import csv
 import math
 import os
 import re
@@ -227,7 +228,7 @@ def load_scenario(path: str | Path, overrides: list[str] = (), overrides_source:
     if not isinstance(raw, dict):
         raise ScenarioError(source, "-", "expected a mapping of sections at the top level")
     for item in overrides:
-        apply_override(raw, item)
+        apply_override(raw, item, overrides_source)
     try:
         return resolve(raw, source)
     except ScenarioError as err:
@@ -249,11 +250,12 @@ def overridden(key: str, set_key: str) -> bool:
                for outer, inner in ((set_key, key), (key, set_key)))
 
 
-def apply_override(raw: dict, item: str) -> None:
-    """Apply one ``dotted.key=value`` (value parsed as YAML) to the raw scenario."""
+def apply_override(raw: dict, item: str, source: str = "--set") -> None:
+    """Apply one ``dotted.key=value`` (value parsed as YAML) to the raw scenario; an error names
+    ``source`` (the command line's ``--set``, a claim suite's ``set``)."""
     key, sep, value = item.partition("=")
     if not sep or not key:
-        raise ScenarioError("--set", item, "expected dotted.key=value")
+        raise ScenarioError(source, item, "expected dotted.key=value")
     node = raw
     parts = key.split(".")
     for part in parts[:-1]:
@@ -261,12 +263,12 @@ def apply_override(raw: dict, item: str) -> None:
             node[part] = {}
         node = node[part]
         if not isinstance(node, dict):
-            raise ScenarioError("--set", key, f"{part!r} is not a section")
+            raise ScenarioError(source, key, f"{part!r} is not a section")
     try:
         node[parts[-1]] = parse_yaml(value)
     except (yaml.YAMLError, RecursionError) as err:
         problem = yaml_problem(err) if isinstance(err, yaml.YAMLError) else "nested too deeply for the reader"
-        raise ScenarioError("--set", key, f"the value is not valid YAML ({problem}); "
+        raise ScenarioError(source, key, f"the value is not valid YAML ({problem}); "
                                           f"expected e.g. 5, 0.1, true, [0.8, 1.0] or a name") from None
 
 
@@ -462,7 +464,7 @@ def check_trace(path: str, num_clients: int, source: str) -> None:
         trace = read_trace(str(Path(path).expanduser()))
     except OSError as err:
         raise ScenarioError(source, key, f"cannot read {path}: {err.strerror or err}") from None
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, csv.Error) as err:  # csv.Error: a stray quote swallowed the file
         raise ScenarioError(source, key, f"expected a CSV with columns round,client of non-negative integers, "
                                          f"got {path} ({err})") from None
     outside = sorted(c for online in trace.online.values() for c in online if not 0 <= c < num_clients)

@@ -614,6 +614,10 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
          "arms.a: " + str(tmp_path / "missing.yaml") + ": -: cannot read the file"),
         ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["training.lr=-1"]}}},
          "arms.b: set: training.lr: expected a positive number, got -1"),
+        ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["=3"]}}},
+         "arms.b: set: =3: expected dotted.key=value"),  # was named --set, the command line's
+        ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["training.lr={a"]}}},
+         "arms.b: set: training.lr: the value is not valid YAML"),
         ({"arms": {**good["arms"], "b": {"scenario": str(scenario_file), "set": ["training.rounds=2"]}},
           "set": ["training.lr=-1"]},  # the suite's shared overrides, as the arm's own
          "arms.a: set: training.lr: expected a positive number, got -1"),

@@ -34,6 +34,8 @@ EXPECTED_OVER = ("expected dotted.key=value1,value2,... (a list value in bracket
     ("augment.crop_scale=[0.2,1.0],[0.35,1.0", f"--over: augment.crop_scale=[0.2,1.0],[0.35,1.0: {EXPECTED_OVER}"),
     ("training.lr=0.1,{a", "--over: training.lr=0.1,{a: the value {a is not valid YAML; expected e.g. 5, 0.1, true, "
                            "[0.8,1.0] or a name"),  # was blamed on --set
+    ("training.lr=0.1," + "[" * 3000 + "]" * 3000, "--over: training.lr=0.1," + "[" * 3000 + "]" * 3000 + ": a value is "
+     "nested too deeply for the reader; expected e.g. 5, 0.1, true, [0.8,1.0] or a name"),  # was a RecursionError
 ])
 def test_a_repeated_value_or_a_missing_key_is_one_line_before_anything_runs(synthetic_raw, tmp_path, capsys, over,
                                                                             message):

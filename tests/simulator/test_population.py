@@ -148,7 +148,9 @@ def test_a_bad_availability_trace_is_one_line_when_the_scenario_loads(tmp_path):
               f"{key}: expected client ids in [0, 8) (population.num_clients), got 8"),
              (trace("round,id\n0,3\n"), f"{key}: expected a CSV with columns round,client"),
              (trace("round,client\n0,x\n"), f"{key}: expected a CSV with columns round,client"),
-             (trace("round,client\n-1,2\n"), "round -1 is negative")]
+             (trace("round,client\n-1,2\n"), "round -1 is negative"),
+             # a stray quote swallows the rest of a large file into one field: csv's own error
+             (trace("round,client\n0,\"1\n" + "0,1\n" * 40_000), f"{key}: expected a CSV with columns round,client")]
     for path, message in cases:
         with pytest.raises(ScenarioError) as err:
             resolve({"population": {"num_clients": 8, "clients_per_round": 4, "availability_trace": path}})

@@ -26,6 +26,15 @@ def test_runs_started_in_the_same_second_get_run_directories_of_their_own(tmp_pa
     assert first.name == "same-20260102-030405" and second.name == "same-20260102-030405-1"
 
 
+def test_an_output_dir_under_home_is_made_there_not_in_a_folder_named_tilde(tmp_path, monkeypatch):
+    """``output.dir: ~/runs`` (the check before the run expands it): the run lands in the home folder's
+    ``runs``, not in ``./~/runs`` under the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    run_dir = runlog.new_run_dir(None, {"name": "x", "output": {"dir": "~/runs"}})
+    assert run_dir.parent == tmp_path / "home" / "runs" and not (tmp_path / "~").exists()
+
+
 def test_a_third_run_in_the_same_second_takes_the_next_free_suffix(tmp_path, monkeypatch):
     """``-1`` taken too: the third run is ``-2`` (each name tried once; mkdir calls are counted so that
     a name tried again and again fails here instead of spinning)."""
