@@ -397,6 +397,7 @@ def check_before_running(scenario: dict, source: str) -> dict[str, float]:
     heterogeneity (:meth:`simulator.data.partition.Partition.heterogeneity`)."""
     from methods import METHODS
     from methods.base import ParamError
+    from simulator.data.partition import ClientCountError
     from simulator.data.store import PartitionReader, prepare_partition
     from simulator.held_out import HeldOutImages
     from simulator.runlog import check_directory_path
@@ -421,7 +422,8 @@ def check_before_running(scenario: dict, source: str) -> dict[str, float]:
     try:
         partition_dir = prepare_partition(scenario)
     except ValueError as err:  # raised by partitioners for impossible settings
-        raise ScenarioError(source, "partition", str(err)) from None
+        key = "population.num_clients" if isinstance(err, ClientCountError) else "partition"
+        raise ScenarioError(source, key, str(err)) from None
     reader = PartitionReader(partition_dir)
     sizes = reader.sizes
     check_network_size(scenario, source, partition_dir)

@@ -14,6 +14,11 @@ import numpy as np
 PARTITION_KINDS = ("iid", "dirichlet", "classes_per_client", "rotation", "joint")
 
 
+class ClientCountError(ValueError):
+    """The number of clients cannot be split this way (a scenario's ``population.num_clients``, not its
+    ``partition``)."""
+
+
 @dataclass(frozen=True, eq=False)
 class Partition:
     """Per client: sorted int64 indices into the train set and, for rotation kinds, float32 angles in
@@ -197,7 +202,8 @@ def _check_arguments(kind: str, classes: np.ndarray, num_clients: int, alpha: fl
                    (rotation_alpha > 0, "rotation_alpha", "positive", rotation_alpha)]
     for ok, name, expected, value in checks:
         if not ok:
-            raise ValueError(f"{name} must be {expected}, got {value!r}")
+            error = ClientCountError if name == "num_clients" else ValueError
+            raise error(f"{name} must be {expected}, got {value!r}")
 
 
 def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *, alpha: float = 0.5,
@@ -230,7 +236,7 @@ def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *
         owners = _classes_per_client_owners(classes, num_clients, k, rng)
     sizes = np.bincount(owners, minlength=num_clients)
     if sizes.min() == 0:
-        raise ValueError(f"num_clients must be small enough that no client is empty, got {num_clients} "
+        raise ClientCountError(f"num_clients must be small enough that no client is empty, got {num_clients} "
                          f"({np.count_nonzero(sizes == 0)} empty)")
     indices = tuple(np.split(np.argsort(owners, kind="stable"), np.cumsum(sizes)[:-1]))
     if kind not in ("rotation", "joint"):

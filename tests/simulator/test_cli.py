@@ -160,6 +160,17 @@ def test_bad_method_values_are_caught_before_anything_runs(synthetic_raw, tmp_pa
     assert not out.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
 
 
+def test_more_clients_than_the_partition_can_split_is_named_under_the_population_and_the_set_that_asked(
+        synthetic_raw, tmp_path, capsys):
+    """The partitioner's refusal of a client count is ``population.num_clients``'s (it was blamed on
+    ``partition`` and on the file, where a ``--set`` of the count asked for it)."""
+    scenario = write(tmp_path, synthetic_raw)
+    assert main(["validate", str(scenario), "--set", "population.num_clients=5000"]) == 2
+    assert capsys.readouterr().err == ("fedssl: error: --set: population.num_clients: num_clients must be between 1 "
+                                       "and the number of samples (2000), got 5000\n")
+    assert not (tmp_path / "cache" / "partitions").exists() or not any((tmp_path / "cache" / "partitions").iterdir())
+
+
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_worker_actors_a_run_s_own_ray_instance_cannot_place_are_one_line_before_anything_runs(
         synthetic_raw, tmp_path, capsys, monkeypatch, command):
