@@ -37,15 +37,15 @@ def load_client(cid):
     return DATA.train_x[10 * cid:10 * cid + 10], DATA.train_y[10 * cid:10 * cid + 10]
 
 
-def make(synthetic_raw, training=None, head_norm="none", **method):
-    """Small_cnn clients unless ``tiers`` says otherwise (large_cnn is ~10x slower)."""
+def make(synthetic_raw, training=None, head_norm="none", sizes=(10,) * NUM_CLIENTS, **method):
+    """Small_cnn clients unless ``tiers`` says otherwise (large_cnn is ~10x slower); ``sizes``: the
+    clients' sample counts the method is told (the loader must give as many)."""
     raw = {**synthetic_raw, "model": {**synthetic_raw.get("model", {}), "head_norm": head_norm},
            "method": {"name": "hetero_ssfl", "rad_size": 16, "rad_batch_size": 8, **method},
            "population": {"num_clients": NUM_CLIENTS, "clients_per_round": 2},
            "training": {"rounds": 4, "batch_size": 5, "lr": 0.05, **(training or {})},
            "eval": {"test_subset": 300}}
     scenario = resolve(raw)
-    sizes = (10,) * NUM_CLIENTS
     spec = DataSpec(1, 28, 10, sizes, HeldOutImages.of(scenario), CohortSchedule.of(scenario, sizes))
     return scenario, build_method(scenario, spec)
 
@@ -53,8 +53,8 @@ def make(synthetic_raw, training=None, head_norm="none", **method):
 class Federation:
     """Server, one workspace and the client states (the store), driven round by round."""
 
-    def __init__(self, scenario, method):
-        self.scenario, self.method = scenario, method
+    def __init__(self, scenario, method, loader=load_client):
+        self.scenario, self.method, self.loader = scenario, method, loader
         self.server = Server(method)
         self.workspace = method.make_workspace(torch.device("cpu"))
         self.states = {}
@@ -62,7 +62,7 @@ class Federation:
     def round(self, r, cohort):
         ctx = RoundContext(r, 4, tuple(cohort), self.scenario["seed"], freeze(self.scenario))
         broadcast, extras, bytes_down = self.server.payload(ctx, [list(cohort)])
-        result = simulate_clients(self.method, self.workspace, load_client, broadcast, extras[0], list(cohort),
+        result = simulate_clients(self.method, self.workspace, self.loader, broadcast, extras[0], list(cohort),
                                   ctx, self.states)
         metrics = self.server.aggregate(ctx, [result])
         self.states.update(result.client_states)
@@ -355,6 +355,24 @@ def test_server_kernel_is_the_weighted_mean_of_every_clients_current_kernel(synt
         assert torch.allclose(fed.aggregate_kernel(), expected, atol=1e-8)
     assert fed.server.state["kernel_weight"] == (NUM_CLIENTS if kernel_weights == "uniform" else 10 * NUM_CLIENTS)
     assert fed.server.state["has_rad"].all()
+
+
+def test_sample_weighted_kernels_weigh_each_client_by_its_own_sample_count(synthetic_raw):
+    """``kernel_weights: samples`` with clients of 6, 10, 14 and 10 samples: the aggregate is
+    sum_j n_j K_j / sum_j n_j, not the uniform mean (equal sizes above cannot tell the two apart, nor
+    a client weighed by another's count)."""
+    sizes = (6, 10, 14, 10)
+    starts = [sum(sizes[:c]) for c in range(NUM_CLIENTS)]
+    scenario, method = make(synthetic_raw, kernel_weights="samples", sizes=sizes)
+    fed = Federation(scenario, method, lambda cid: (DATA.train_x[starts[cid]:starts[cid] + sizes[cid]],
+                                                    DATA.train_y[starts[cid]:starts[cid] + sizes[cid]]))
+    for r, cohort in ((1, (0, 1, 2)), (2, (2, 3))):
+        fed.round(r, cohort)
+    kernels = [normalized_kernel(fed.states[c]["rad_representations"]) for c in range(NUM_CLIENTS)]
+    weighted = sum(n * k for n, k in zip(sizes, kernels)) / sum(sizes)
+    assert torch.allclose(fed.aggregate_kernel(), weighted, atol=1e-8)
+    assert not torch.allclose(weighted, sum(kernels) / NUM_CLIENTS, atol=1e-4)
+    assert fed.server.state["kernel_weight"] == sum(sizes)
 
 
 def test_a_sampled_client_that_does_not_report_is_sent_the_rad_again(synthetic_raw):

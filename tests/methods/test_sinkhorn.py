@@ -82,6 +82,18 @@ def test_a_cluster_whose_members_cancel_out_is_re_seeded_at_a_point():
     assert torch.equal(centroid, u[0]) or torch.equal(centroid, -u[0])
 
 
+def test_both_clusterings_see_only_the_points_directions():
+    """Cosine geometry: rows of any norms give what their unit rows give (every fixture above is
+    unit-norm, where dropping the normalisation changed nothing)."""
+    unit = unit_rows(60, 16, 7)
+    norms = torch.linspace(0.2, 5.0, 60, dtype=torch.float64).float()[torch.randperm(60, generator=seeded(8))]
+    scaled = unit * norms[:, None]
+    torch.testing.assert_close(equal_size_clustering(scaled, 6, seeded(1)), equal_size_clustering(unit, 6, seeded(1)))
+    start = initial_global_centroids(6, 16, seeded(3))
+    torch.testing.assert_close(sgd_global_clustering(scaled, start, 0.1, steps=4),
+                               sgd_global_clustering(unit, start, 0.1, steps=4))
+
+
 def test_clustering_without_points_is_an_error():
     with pytest.raises(ValueError, match="no points"):
         equal_size_clustering(torch.empty(0, 4), 2, seeded(0))

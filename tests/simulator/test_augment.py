@@ -65,6 +65,25 @@ def test_grayscale_makes_channels_equal():
     assert torch.equal(gray[:, 0], gray[:, 1]) and torch.equal(gray[:, 1], gray[:, 2])
 
 
+def test_grayscale_is_torchvisions_luma_on_the_configured_fraction_of_images():
+    """Each grayed image is the ITU-R 601-2 luma 0.299 R + 0.587 G + 0.114 B in all three channels
+    (torchvision's ``rgb_to_grayscale`` within 1e-4: it rounds the first weight to 0.2989), and about
+    ``grayscale_prob`` of the images are grayed (a plain channel mean, or every image grayed, passed
+    the channels-equal test alone)."""
+    import torchvision.transforms.functional as TF
+    images = torch.rand(4000, 3, 4, 4, generator=seeded(5))
+    config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.0,
+                           grayscale_prob=0.2)
+    out = BatchAugment(config)(images, seeded(0))
+    gray = (out[:, 0] == out[:, 1]).flatten(1).all(dim=1) & (out[:, 1] == out[:, 2]).flatten(1).all(dim=1)
+    assert abs(gray.float().mean().item() - 0.2) < 0.03
+    r, g, b = images[gray].unbind(dim=1)
+    luma = (0.299 * r + 0.587 * g + 0.114 * b).unsqueeze(1).expand(-1, 3, -1, -1)
+    torch.testing.assert_close(out[gray], luma, atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[gray], TF.rgb_to_grayscale(images[gray]).expand(-1, 3, -1, -1), atol=1.01e-4, rtol=0)
+    torch.testing.assert_close(out[~gray], images[~gray], atol=1e-6, rtol=0)
+
+
 def test_processes_a_large_batch_in_one_call():
     images = torch.rand(512, 1, 28, 28)
     out = BatchAugment(AugmentConfig())(images, seeded(0))

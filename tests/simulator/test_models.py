@@ -50,6 +50,37 @@ def test_norm_choice(norm, norm_type):
     assert any(isinstance(m, norm_type) for m in encoder.modules())
 
 
+@pytest.mark.parametrize("stride, out_channels", [(1, 8), (2, 16)])
+def test_a_basic_block_is_the_relu_of_its_residual_branch_plus_its_shortcut(stride, out_channels):
+    """He et al. 2016, eq. (1)-(2): y = relu(F(x) + x), with a projection W_s x (1x1 conv and its norm)
+    where the shape changes. With the residual branch's last norm zeroed, y = relu(shortcut(x)); with
+    the shortcut zeroed too, y = 0; otherwise the sum, checked against the two branches called apart."""
+    from simulator.models import BasicBlock
+    block = BasicBlock(8, out_channels, stride, "batch").eval()
+    torch.nn.init.normal_(block.residual[2].weight)  # a non-trivial branch (BatchNorm's weight starts at 1)
+    x = torch.randn(2, 8, 6, 6, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        residual, shortcut = block.residual(x), block.shortcut(x)
+        assert residual.abs().amax() > 0.1 and shortcut.abs().amax() > 0.1
+        torch.testing.assert_close(block(x.clone()), torch.relu(residual + shortcut))
+        if stride == 1 and out_channels == 8:
+            torch.testing.assert_close(shortcut, x)  # the identity, no projection
+        block.residual[2].weight.zero_()
+        block.residual[2].bias.zero_()
+        torch.testing.assert_close(block(x.clone()), torch.relu(shortcut))
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet18"])
+def test_an_encoder_standardises_its_input_pixels_before_its_first_layer(name):
+    """The encoder sees (x - 0.5) / 0.25 of pixels in [0, 1]: its output equals its feature stack's
+    on the standardised images, the average over the spatial positions taken after."""
+    encoder = build_encoder(name, 3, 32).eval()
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(x), encoder.features((x - 0.5) / 0.25).mean(dim=(2, 3)))
+        assert not torch.allclose(encoder(x), encoder.features(x).mean(dim=(2, 3)), atol=1e-3)
+
+
 @pytest.mark.parametrize("name", ["small_cnn", "large_cnn"])
 def test_gradients_reach_every_parameter(name):
     encoder = build_encoder(name, 3, 32)

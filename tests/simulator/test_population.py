@@ -77,6 +77,27 @@ def test_deadline_drops_the_slow_tier():
     assert plan.simulated_seconds == 1.0  # the server waited until the deadline
 
 
+def test_a_clients_compute_time_scales_with_its_sample_count():
+    """Time = samples x local epochs / speed x a lognormal factor: at one speed, clients of 1,000
+    samples miss a deadline that clients of 10 meet (a mean size for all, or a size from the wrong
+    client, made every client alike), and a round's closing time follows the slowest reporter."""
+    sizes = [10, 1000] * 100
+    tiers = [{"fraction": 1.0, "samples_per_second": 100.0}]
+    pop = population(sizes=sizes, speed_tiers=tiers, deadline_seconds=3.0)  # 0.1 s against 10 s (x e^(0.25 z))
+    late = completed = 0
+    for r in range(1, 31):
+        plan = pop.plan(r)
+        assert all(pop.sizes[c] == 1000 for c in plan.late) and all(pop.sizes[c] == 10 for c in plan.completed)
+        late, completed = late + len(plan.late), completed + len(plan.completed)
+    assert late > 250 and completed > 250
+    # without a deadline the round waits for the large clients: about 10 s (not the 0.1 s of the small)
+    plan = population(sizes=sizes, speed_tiers=tiers).plan(1)
+    assert 5.0 < plan.simulated_seconds < 20.0
+    two_epochs = Population({**DEFAULTS["population"], "num_clients": 200, "clients_per_round": 20,
+                             "speed_tiers": tiers}, 2, tuple(sizes), 0).plan(1)
+    assert two_epochs.simulated_seconds == pytest.approx(2 * plan.simulated_seconds)
+
+
 def test_a_round_short_of_reports_closes_at_the_deadline():
     # only dropouts, no late client (each needs about 1 s): short of 20 reports, the server cannot tell
     # dropped from slow clients and waits until the deadline; without a deadline it closes at the last
