@@ -511,10 +511,12 @@ def hand_global_clustering(points, centroids, temperature, steps, lr=0.01):
     return weights
 
 
-def test_server_clusters_the_local_centroids_of_all_reporting_clients(after_setup):
+@pytest.mark.parametrize("temperature, lr", [(0.1, 0.01), (0.5, 0.05)])  # the defaults, and others
+def test_server_clusters_the_local_centroids_of_all_reporting_clients(after_setup, temperature, lr):
     """The global centroids: the reference's SGD global clustering of the local centroids of every
-    reporting client (in client-id order), warm-started from the previous global centroids."""
-    method, scenario = setup(global_clustering_steps=3)
+    reporting client (in client-id order), warm-started from the previous global centroids, at the
+    configured temperature and clustering lr."""
+    method, scenario = setup(global_clustering_steps=3, temperature=temperature, global_clustering_lr=lr)
     state = after_setup[2]
     generator = torch.Generator().manual_seed(0)
     records = {cid: {"centroids": F.normalize(torch.randn(LOCAL, DIM, generator=generator), dim=1)}
@@ -522,11 +524,11 @@ def test_server_clusters_the_local_centroids_of_all_reporting_clients(after_setu
     ctx = context(scenario, 1, (2, 5))
     new, metrics = method.server_update(state, None, records, ctx)
     points = torch.cat([records[2]["centroids"], records[5]["centroids"]])
-    expected = hand_global_clustering(points, state["centroids"], 0.1, 3)
+    expected = hand_global_clustering(points, state["centroids"], temperature, 3, lr)
     assert torch.allclose(new["centroids"], expected, atol=1e-5)
     assert metrics["clustering/local_centroids"] == 2 * LOCAL
     for cid in (2, 5):  # one client's centroids alone give other centroids
-        alone = hand_global_clustering(records[cid]["centroids"], state["centroids"], 0.1, 3)
+        alone = hand_global_clustering(records[cid]["centroids"], state["centroids"], temperature, 3, lr)
         assert not torch.allclose(new["centroids"], alone, atol=1e-3)
     again, _ = method.server_update(state, None, records, ctx)
     assert torch.equal(again["centroids"], new["centroids"])

@@ -130,6 +130,10 @@ def test_crops_sample_the_area_and_aspect_ratio_as_configured_and_stay_inside(he
     assert aspect.log().std() > 0.1  # not one aspect
     assert (centre_x.abs() + half_width <= 1 + 1e-6).all() and (centre_y.abs() + half_height <= 1 + 1e-6).all()
     assert centre_x.std() > 0.1 and centre_y.std() > 0.1  # not centred
+    # placed symmetrically (uniform in the room left on each side), not on one side of the image
+    assert abs(centre_x.mean().item()) < 0.01 and abs(centre_y.mean().item()) < 0.01
+    if height == width:  # log-uniform in (3/4, 4/3): as many tall crops as wide ones (a ratio drawn
+        assert abs((aspect < 1).float().mean().item() - 0.5) < 0.02  # uniform and then logged: 0.43)
 
 
 def only(**strengths) -> AugmentConfig:
@@ -329,6 +333,34 @@ def test_random_jitter_order_applies_each_image_s_operations_in_its_own_drawn_or
         torch.testing.assert_close(augmented, reference, atol=5e-4, rtol=0)  # luma 0.299 against 0.2989, compounded
     fixed = BatchAugment(AugmentConfig(**{**config.__dict__, "jitter_order": "fixed"}))._jitter(images, seeded(0))
     assert (fixed - out).flatten(1).abs().amax(dim=1).gt(1e-3).float().mean() > 0.5
+
+
+def test_fixed_jitter_order_is_brightness_contrast_saturation_hue_and_grayscale_comes_after_it():
+    """``jitter_order: fixed``: torchvision's ``ColorJitter`` order with fixed parameters, brightness,
+    contrast, saturation, hue (the adjustments clamp, so another order gives other images); then the
+    grayscale, on the jittered image (an RGB-only order the single-channel baselines cannot see)."""
+    import torchvision.transforms.functional as TF
+    config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, jitter_prob=0.8,
+                           brightness=0.8, contrast=0.8, saturation=0.8, hue=0.2, grayscale_prob=0.5)
+    images = random_images(batch=100)
+    augment = BatchAugment(config)
+    jittered = augment._jitter(images, seeded(0))
+    draw = augment.jitter_draw(100, seeded(0))
+    for index, (image, augmented) in enumerate(zip(images, jittered)):
+        reference = TF.adjust_brightness(image, draw["brightness"][index].item())
+        reference = TF.adjust_contrast(reference, draw["contrast"][index].item())
+        reference = TF.adjust_saturation(reference, draw["saturation"][index].item())
+        reference = TF.adjust_hue(reference, draw["hue"][index].item())
+        torch.testing.assert_close(augmented, reference, atol=5e-4, rtol=0)  # luma 0.299 against 0.2989, compounded
+    generator = seeded(1)
+    expected = augment._jitter(augment._crop_and_flip(images, generator), generator)
+    gray = torch.rand(100, generator=generator) < 0.5
+    out = augment(images, seeded(1))
+    assert 20 < gray.sum() < 80
+    r, g, b = expected[gray].unbind(dim=1)
+    torch.testing.assert_close(out[gray], (0.299 * r + 0.587 * g + 0.114 * b).unsqueeze(1).expand(-1, 3, -1, -1),
+                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[~gray], expected[~gray].clamp(0, 1), atol=1e-6, rtol=0)
 
 
 def replayed_bicubic_boxes(config, batch, height, width, seed):

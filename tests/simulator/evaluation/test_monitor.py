@@ -24,6 +24,34 @@ def test_per_client_encoders_get_group_mean_std_and_overall_mean():
     assert logged["eval/knn_top1"] == pytest.approx(0.7)
 
 
+def test_align_and_uniformity_are_scored_on_the_training_images_under_the_scenarios_augmentation(synthetic_raw):
+    """Alignment and uniformity (Wang & Isola 2020) of the first 2,000 evaluation training images under
+    the scenario's own augmentation (here not the default one), drawn from (seed, "align-uniform"); the
+    metric names alone were tested, so the test images or the default augmentation passed."""
+    import torch
+
+    from simulator.augment import AugmentConfig, BatchAugment
+    from simulator.context import derive_seed
+    from simulator.evaluation.align_uniform import align_uniform_score
+    from simulator.evaluation.monitor import evaluate_network, load_eval_data
+    from simulator.scenario import resolve
+    augment = {"crop_scale": [0.6, 1.0], "jitter_prob": 0.0, "flip_prob": 1.0}
+    scenario = resolve({**synthetic_raw, "augment": augment})
+    data = load_eval_data(scenario)
+    assert len(data.train_x) >= 500 and not torch.equal(data.train_x[:500], data.test_x[:500])
+    network = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 16))})
+    metrics = evaluate_network(network, data, scenario)
+
+    def score(images, config):
+        generator = torch.Generator().manual_seed(derive_seed(scenario["seed"], "align-uniform"))
+        return align_uniform_score(network["encoder"], images[:2000], BatchAugment(config), generator)
+    expected = score(data.train_x, AugmentConfig.from_scenario(scenario["augment"]))
+    assert {k: metrics[k] for k in expected} == expected
+    for other in (score(data.test_x, AugmentConfig.from_scenario(scenario["augment"])),
+                  score(data.train_x, AugmentConfig())):
+        assert other["align"] != expected["align"]
+
+
 def test_semi_supervised_runs_also_probe_on_the_labelled_samples_only(synthetic_raw):
     import torch
 
