@@ -159,7 +159,8 @@ class History:
             if first is None or full is None or not self.contains("HEAD", full) or not self.contains(full, first):
                 states.add("unknown")
             else:
-                states.add("stale" if any(not self.contains(full, c) for c in self.changes(scenario_path)) else "current")
+                stale = any(not self.contains(full, c) for c in self.changes(scenario_path))
+                states.add("stale" if stale else "current")
         # one session of a resumed run at stale code makes the run stale, whatever the others' state
         return next(state for state in ("stale", "unknown", "current") if state in states)
 

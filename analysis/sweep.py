@@ -48,7 +48,8 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
             except (yaml.YAMLError, RecursionError) as err:
                 problem = (f"the value {item} is not valid YAML" if isinstance(err, yaml.YAMLError)
                            else "a value is nested too deeply for the reader")  # that value: thousands of brackets
-                raise ScenarioError("--over", over, f"{problem}; expected e.g. 5, 0.1, true, [0.8,1.0] or a name") from None
+                raise ScenarioError("--over", over,
+                                    f"{problem}; expected e.g. 5, 0.1, true, [0.8,1.0] or a name") from None
         repeated = [v for v in dict.fromkeys(items) if items.count(v) > 1]
         if repeated:
             raise ScenarioError("--over", over, f"the value {repeated[0]} is given twice; expected each value once")

@@ -269,7 +269,7 @@ def apply_override(raw: dict, item: str, source: str = "--set") -> None:
     except (yaml.YAMLError, RecursionError) as err:
         problem = yaml_problem(err) if isinstance(err, yaml.YAMLError) else "nested too deeply for the reader"
         raise ScenarioError(source, key, f"the value is not valid YAML ({problem}); "
-                                          f"expected e.g. 5, 0.1, true, [0.8, 1.0] or a name") from None
+                                         f"expected e.g. 5, 0.1, true, [0.8, 1.0] or a name") from None
 
 
 def resolve(raw: dict, source: str = "<scenario>") -> dict[str, Any]:

@@ -237,7 +237,7 @@ def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *
     sizes = np.bincount(owners, minlength=num_clients)
     if sizes.min() == 0:
         raise ClientCountError(f"num_clients must be small enough that no client is empty, got {num_clients} "
-                         f"({np.count_nonzero(sizes == 0)} empty)")
+                               f"({np.count_nonzero(sizes == 0)} empty)")
     indices = tuple(np.split(np.argsort(owners, kind="stable"), np.cumsum(sizes)[:-1]))
     if kind not in ("rotation", "joint"):
         return Partition(indices)
