@@ -883,6 +883,23 @@ def test_a_deadline_stops_the_run_under_way_at_a_round_end_and_a_later_call_resu
     assert "**Claim " in second.out and "Interim" not in second.out
 
 
+def test_a_group_metrics_round_0_is_read_from_round_0_of_the_logged_metrics(tmp_path):
+    """``GROUP/METRIC`` (a per-tier mean): ``initial`` is round 0's ``eval/GROUP/METRIC_mean`` in
+    ``metrics.parquet``, ``final`` the run's last group means (reading the final value for both passed
+    every test but the kept Hetero report's)."""
+    from analysis.claims import metric_value
+    from simulator.runlog import RunLog
+    log = RunLog(tmp_path, 0.0)
+    log.log(0, {"eval/small/knn_top1_mean": 0.25, "eval/large/knn_top1_mean": 0.3})
+    log.log(5, {"eval/small/knn_top1_mean": 0.75, "eval/large/knn_top1_mean": 0.8})
+    log.flush()
+    run = {"dir": str(tmp_path), "groups": {"small": {"knn_top1": 0.75}, "large": {"knn_top1": 0.8}}}
+    assert metric_value(run, "initial", "small/knn_top1") == 0.25
+    assert metric_value(run, "final", "small/knn_top1") == 0.75
+    assert metric_value(run, "initial", "large/knn_top1") == 0.3
+    assert metric_value(run, "initial", "tiny/knn_top1") is None
+
+
 # ---- the kept reports ----------------------------------------------------------------------
 
 KEPT_REPORTS = sorted((REPO / "results" / "claims").glob("*.md"))

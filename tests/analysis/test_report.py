@@ -174,6 +174,16 @@ def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys)
     assert "--baseline: expected one of the scenario names ['base', 'new'], got 'nope'" in capsys.readouterr().err
 
 
+def test_a_paired_difference_pairs_runs_by_seed_not_by_the_order_of_their_values():
+    """Arm 0.9 on seed 0 and 0.1 on seed 1, baseline the reverse, listed in other orders: the
+    differences are +80 and -80 points (pairing the sorted values, or the lists' orders, gives 0, 0)."""
+    from analysis.report import paired_difference
+    arm = [{"seed": 1, "v": 0.1}, {"seed": 0, "v": 0.9}]
+    baseline = [{"seed": 0, "v": 0.1}, {"seed": 1, "v": 0.9}]
+    pair = paired_difference(arm, baseline, lambda run: run["v"])
+    assert pair.seeds == (0, 1) and pair.diffs == pytest.approx((80.0, -80.0)) and pair.ahead == 1
+
+
 def test_paired_table_names_the_seeds_whose_runs_computed_with_different_numerics(tmp_path):
     avx2, avx512 = ["torch 2.14.1, CPU AVX2"], ["torch 2.14.1, CPU AVX512"]
     dirs = [fake_run(tmp_path, "base", s, 0.6, numerics=avx2) for s in (0, 1, 2)]
