@@ -284,3 +284,51 @@ def test_the_cohort_schedule_plans_the_engine_s_rounds_with_the_scenario_s_local
     one_epoch = Population(scenario["population"], 1, sizes, 5)
     assert planned != [one_epoch.plan(r).completed for r in rounds]  # the epochs matter here
     assert CohortSchedule.of(scenario, sizes).completed(rounds) == planned
+
+
+def test_a_client_whose_time_equals_the_deadline_is_on_time():
+    """Only a time past the deadline is late. One client, one round: its time is the round's closing
+    time without a deadline (its draws do not depend on the deadline); a deadline of exactly that
+    time keeps it, the largest float below it makes it late."""
+    alone = population(num_clients=1).plan(1)
+    seconds = alone.simulated_seconds
+    assert alone.completed == (0,) and seconds > 0
+    exactly = population(num_clients=1, deadline_seconds=seconds).plan(1)
+    assert exactly.completed == (0,) and exactly.late == () and exactly.simulated_seconds == seconds
+    just_before = population(num_clients=1, deadline_seconds=float(np.nextafter(seconds, 0))).plan(1)
+    assert just_before.completed == () and just_before.late == (0,)
+
+
+def test_over_selection_keeps_clients_wanted_among_those_that_report_not_among_those_sampled():
+    """Two clients, one wanted, both sampled (over-selection 1.0), dropout 0.5: in a round in which
+    the fast client drops out and the slow one reports, the slow one is kept (the first report to
+    come in), not nobody (the fastest sampled client, then dropped). Every round keeps
+    min(1, reporters) clients: the fast one whenever it reports."""
+    tiers = [{"fraction": 0.5, "samples_per_second": 1.0}, {"fraction": 0.5, "samples_per_second": 1e6}]
+    pop = population(num_clients=2, clients_per_round=1, over_selection=1.0, dropout=0.5, speed_tiers=tiers)
+    fast, slow = int(np.flatnonzero(pop.speed == 1e6)[0]), int(np.flatnonzero(pop.speed == 1.0)[0])
+    only_the_slow_one_reported = 0
+    for r in range(1, 31):
+        plan = pop.plan(r)
+        assert plan.sampled == (0, 1) and plan.late == ()
+        reporting = set(plan.sampled) - set(plan.dropped)
+        expected = (fast,) if fast in reporting else (slow,) if slow in reporting else ()
+        assert plan.completed == expected, r
+        only_the_slow_one_reported += reporting == {slow}
+    assert only_the_slow_one_reported > 0  # the case in question occurs
+
+
+def test_a_rounds_plan_does_not_depend_on_the_rounds_planned_before():
+    """A resumed run plans with a new Population from its next round on: each round's plan must be
+    the uninterrupted run's, every draw of the plan (online, cohort, dropout, times) in play, so no
+    draw may come from a stream carried over from the rounds before."""
+    tiers = [{"fraction": 0.5, "samples_per_second": 50.0}, {"fraction": 0.5, "samples_per_second": 1000.0}]
+    config = dict(availability=0.7, availability_spread=0.2, diurnal_amplitude=0.3, diurnal_period=6,
+                  dropout=0.3, over_selection=0.5, speed_tiers=tiers, deadline_seconds=2.0)
+    plans = [population(**config).plan(r) for r in range(13)]
+    assert all(p.dropped and p.late and len(p.completed) < len(p.sampled) for p in plans[1:])
+    for start in (1, 4, 9):
+        resumed = population(**config)
+        assert [resumed.plan(r) for r in range(start, 13)] == plans[start:], start
+    backwards = population(**config)
+    assert [backwards.plan(r) for r in reversed(range(13))] == plans[::-1]
