@@ -280,3 +280,22 @@ def test_the_server_step_adds_up_the_workers_and_takes_the_records_in_client_ord
     assert server.state == {"records": [(2, {"r": 2}), (5, {"r": 5}), (9, {"r": 9})], "weight": 8}
     assert metrics == {"server/step": 1.0, "train/loss": 4.0, "bytes_up/w": 12.0, "bytes_up/corr": 4.0,
                        "clients/completed": 4.0, "memory/workers_rss_mb": 150.0, "train/samples": 24.0}
+
+
+def test_a_rounds_client_metric_is_meaned_in_client_order_whatever_the_shares():
+    """``train/loss`` of clients 0..3 with losses 2**53, -2**53, 1, 1: summed in id order they make 2
+    (mean 0.5, exact); in the order of shares [0, 2] and [1, 3] 2**53 + 1 rounds back to 2**53 and
+    they make 1 (mean 0.25). A mean taken in the order the workers' results come would depend on the
+    number of workers and on the split."""
+    from simulator.federation import WorkerResult
+    from simulator.stats import Stats
+    loss = {0: 2.0 ** 53, 1: -2.0 ** 53, 2: 1.0, 3: 1.0}
+    ctx = RoundContext(1, 2, (0, 1, 2, 3), 0, freeze({"training": {"local_epochs": 1}}))
+
+    def result(share):
+        return WorkerResult(stats=Stats.from_tensors({"w": torch.zeros(1)}, len(share)),
+                            metrics={c: {"loss": loss[c]} for c in share})
+    for shares in ([[0, 1, 2, 3]], [[0, 2], [1, 3]], [[3], [2], [1], [0]]):
+        metrics = Server(TwoPasses()).aggregate(ctx, [result(share) for share in shares])
+        assert metrics["train/loss"] == 0.5, shares
+        assert metrics["clients/completed"] == 4
