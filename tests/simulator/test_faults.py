@@ -905,3 +905,31 @@ def test_a_dead_evaluator_is_replaced_and_the_evaluations_are_the_fault_free_one
 
     _, healed = healed_run(fault_free, tmp_path, monkeypatch, "EvaluatorActor", DyingEvaluator)
     assert os.path.exists(marker) and healed["evaluator_restarts"] == 1
+
+
+def test_a_server_lost_before_the_first_checkpoint_replays_from_the_setup_round(synthetic_raw, tmp_path,
+                                                                                monkeypatch):
+    """Orchestra starts with round 0 (every client's memory initialises the global centroids): a
+    server lost in round 1, before any checkpoint, is healed from round 0, not from round 1 (which
+    would skip the setup round and end elsewhere than the fault-free run). In-process, the loss
+    raised once before round 1's client steps (the server's state untouched, as a lost actor's)."""
+    from simulator.inprocess import InProcessFederation
+    raw = with_overrides({**synthetic_raw, "executor": "in_process"}, METHODS["orchestra"])
+    raw = with_overrides(raw, {"training": {"rounds": 2}, "eval": {"enabled": False},
+                               "output": {"checkpoint_every": 2}})
+    reference, _ = run_scenario(resolve(raw), str(tmp_path / "reference"), progress=False)
+    played, run_round = [], InProcessFederation.run_round
+
+    def losing_round_1_once(self, ctx):
+        played.append(ctx.round)
+        if played == [0, 1]:
+            raise ServerLost("round 1: the parameter server died")
+        return run_round(self, ctx)
+    monkeypatch.setattr(InProcessFederation, "run_round", losing_round_1_once)
+    healed, summary = run_scenario(resolve(raw), str(tmp_path / "healed"), progress=False)
+    assert played == [0, 1, 0, 1, 2] and summary["server_restarts"] == 1
+    assert metrics_without_timing(healed) == metrics_without_timing(reference)
+    clean, after = flat_tensors(final_state(reference)), flat_tensors(final_state(healed))
+    assert clean and sorted(after) == sorted(clean)
+    for key, tensor in clean.items():
+        assert torch.equal(after[key], tensor), key
