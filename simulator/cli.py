@@ -243,8 +243,8 @@ def stopped(err: BaseException, then: str | None = None) -> int:
 
 def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     """The scenario file of a run that can be resumed; raises ScenarioError otherwise."""
-    from simulator.runlog import check_client_states, check_run_dir, checkpoint_round, latest_checkpoint, \
-        load_recorded_scenario
+    from simulator.runlog import check_client_states, check_run_dir, check_trace_unchanged, checkpoint_round, \
+        latest_checkpoint, load_recorded_scenario
     path = Path(run_dir)
     if overrides:
         raise ScenarioError(run_dir, "--set", "a resumed run keeps its scenario; drop --set")
@@ -254,6 +254,7 @@ def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     if (path / "summary.json").exists():
         raise ScenarioError(run_dir, "-", "the run has finished (summary.json exists); nothing to resume")
     scenario = load_recorded_scenario(path)
+    check_trace_unchanged(path, scenario)
     rounds = scenario["training"]["rounds"]
     checkpoint = latest_checkpoint(path)
     if checkpoint is not None:

@@ -6,6 +6,7 @@ appended as TensorBoard's writer does (a resumed run purges the steps after its 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -169,7 +170,35 @@ def new_run_dir(out: str | None, scenario: dict) -> Path:
                               f"fedssl can create files in, for {'--out' if out else 'output.dir'}") from None
     atomic_write(run_dir / "scenario.yaml",
                  lambda p: p.write_text(yaml.safe_dump(scenario, sort_keys=False)))
+    trace = scenario.get("population", {}).get("availability_trace")
+    if trace is not None:
+        digest = trace_digest(trace)
+        atomic_write(run_dir / TRACE_DIGEST, lambda p: p.write_text(f"{digest}\n"))
     return run_dir
+
+
+TRACE_DIGEST = "availability_trace.sha256"
+
+
+def trace_digest(path: str) -> str:
+    """The SHA-256 of an availability trace file's bytes."""
+    return hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()
+
+
+def check_trace_unchanged(run_dir: Path, scenario: dict) -> None:
+    """``ScenarioError`` where the availability trace a run names is not the file it started with (its
+    digest, :data:`TRACE_DIGEST`, written beside ``scenario.yaml``): the scenario records the trace's
+    path only, so a file edited since, or a relative path resolved from another directory, would
+    resume the run on another trace. Runs started before the digest was written are not checked."""
+    from simulator.scenario import ScenarioError
+    trace, recorded = scenario["population"]["availability_trace"], Path(run_dir) / TRACE_DIGEST
+    if trace is None or not recorded.exists():
+        return
+    started, now = recorded.read_text().strip(), trace_digest(trace)
+    if now != started:
+        raise ScenarioError(str(Path(run_dir) / "scenario.yaml"), "population.availability_trace",
+                            f"{trace} is not the trace the run started with (SHA-256 {started[:12]}..., now "
+                            f"{now[:12]}...); expected that file as it was, to resume the run")
 
 
 def open_event_writer(directory: Path, purge_step: int | None):

@@ -515,3 +515,27 @@ def test_ray_address_forms(monkeypatch):
         assert engine.unreachable_address({"ray": {"address": address}}) is None
     for address in (":6379", "head-node", "head-node:port", "ray://head-node"):
         assert engine.unreachable_address({"ray": {"address": address}}).startswith("expected auto, local, HOST:PORT")
+
+
+def test_a_run_is_not_resumed_on_an_availability_trace_edited_since_it_started(synthetic_raw, tmp_path, capsys):
+    """The scenario records the trace's path only: a resume after the file changed (or from another
+    directory, a relative path naming another file) would go on with other clients online. The run's
+    directory keeps the digest of the trace it started with; a resume on another trace is one line,
+    exit 2, and the run's files stay as they were; on the same trace it passes the check."""
+    from simulator.runlog import TRACE_DIGEST, new_run_dir
+    trace = tmp_path / "trace.csv"
+    trace.write_text("round,client\n0,0\n0,1\n0,2\n0,3\n1,4\n1,5\n1,6\n1,7\n")
+    raw = {**synthetic_raw, "population": {**synthetic_raw["population"], "availability_trace": str(trace)}}
+    run_dir = new_run_dir(None, resolve(raw))
+    assert (run_dir / TRACE_DIGEST).exists()
+    recorded = sorted((p.name, p.read_bytes()) for p in run_dir.iterdir())
+    trace.write_text("round,client\n0,0\n0,1\n0,2\n0,3\n1,4\n1,5\n1,6\n2,7\n")
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {run_dir / 'scenario.yaml'}: population.availability_trace: {trace} is "
+                          f"not the trace the run started with (SHA-256 ") and err.count("\n") == 1
+    assert err.endswith("...); expected that file as it was, to resume the run\n")
+    assert sorted((p.name, p.read_bytes()) for p in run_dir.iterdir()) == recorded
+    from simulator.cli import resumable
+    trace.write_text("round,client\n0,0\n0,1\n0,2\n0,3\n1,4\n1,5\n1,6\n1,7\n")  # the trace as it was
+    assert resumable(str(run_dir), [], None) == str(run_dir / "scenario.yaml")
