@@ -6,12 +6,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
+import numpy as np
 import torch
 
 
-def derive_seed(*parts: int | str) -> int:
-    """A 63-bit seed that depends only on ``parts`` (e.g. run seed, round, client id)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+def derive_seed(*parts: int | float | str) -> int:
+    """A 63-bit seed that depends only on ``parts`` (e.g. run seed, round, client id). A numpy scalar
+    counts as the Python number it equals (``np.int64(3)`` as ``3``): a client id taken from an array
+    gives the seed its ``int`` gives, though the two print differently."""
+    plain = tuple(part.item() if isinstance(part, np.generic) else part for part in parts)
+    digest = hashlib.blake2b(repr(plain).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 
 

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,21 @@ def test_client_randomness_depends_on_seed_round_and_client_only():
     assert torch.equal(streams[0], draw(ctx, 2))
     assert not torch.equal(streams[0], streams[1]) and not torch.equal(streams[1], streams[2])
     assert derive_seed(1, 2) != derive_seed(2, 1)
+
+
+def test_a_numpy_scalar_derives_the_seed_of_the_python_number_it_equals():
+    """A client id or round read from an array (``np.int64(3)`` prints differently from ``3``) or a
+    label fraction from one (``np.float64(0.1)``) gives the seed, and the client's draws, of its Python
+    value; a Python value's seed is the one it always had (the digest of the parts' ``repr``)."""
+    import hashlib
+    assert derive_seed(7, np.int64(3), np.int32(2), "train") == derive_seed(7, 3, 2, "train")
+    assert derive_seed(7, "finetune", np.float64(0.1), np.uint8(4)) == derive_seed(7, "finetune", 0.1, 4)
+    digest = hashlib.blake2b(repr((7, 3, 2, "train")).encode(), digest_size=8).digest()
+    assert derive_seed(7, 3, 2, "train") == int.from_bytes(digest, "little") >> 1
+    ctx = RoundContext(round=np.int64(3), num_rounds=10, cohort=(2,), seed=7, hparams=freeze({}))
+    plain = RoundContext(round=3, num_rounds=10, cohort=(2,), seed=7, hparams=freeze({}))
+    assert torch.equal(torch.rand(4, generator=ctx.client_generator(np.int64(2))),
+                       torch.rand(4, generator=plain.client_generator(2)))
 
 
 def test_context_and_hparams_are_frozen():
