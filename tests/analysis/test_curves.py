@@ -136,3 +136,18 @@ def test_a_nan_logged_by_one_seed_is_a_nan_point_not_an_error(tmp_path):
     assert [r["round"] for r in rows] == [0, 2]
     assert rows[0]["mean"] == pytest.approx(0.60) and rows[0]["std"] == pytest.approx(0.2 / 2 ** 0.5)
     assert math.isnan(rows[1]["mean"]) and math.isnan(rows[1]["std"])
+
+
+def test_a_metric_that_one_scenario_alone_logged_is_its_curve_alone(tmp_path):
+    """A group metric of a Hetero-SSFL run, say, that the other scenario's runs do not log: plotted for
+    the scenario that logged it (no error, and no line nor crash for the other)."""
+    a0, b0 = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "b", 0, 0.7)
+    write_metrics(a0, [(0, "eval/small_cnn/knn_top1_mean", 0.30), (2, "eval/small_cnn/knn_top1_mean", 0.40),
+                       (1, "train/loss", 3.0)])
+    write_metrics(b0, [(1, "train/loss", 2.0)])
+    rows = learning_curves([read_run(d) for d in (a0, b0)], ("eval/small_cnn/knn_top1_mean", "train/loss"))
+    assert [(r["scenario"], r["metric"], r["round"], r["mean"]) for r in rows] == [
+        ("a", "eval/small_cnn/knn_top1_mean", 0, 0.30), ("a", "eval/small_cnn/knn_top1_mean", 2, 0.40),
+        ("a", "train/loss", 1, 3.0), ("b", "train/loss", 1, 2.0)]
+    paths = write_curves(rows, tmp_path / "plots")
+    assert [p.name for p in paths] == ["eval_small_cnn_knn_top1_mean.png", "train_loss.png"]
