@@ -1,4 +1,5 @@
 """``fedssl diff``: two real runs compared value by value."""
+import math
 import shutil
 
 import pyarrow as pa
@@ -165,3 +166,55 @@ def test_the_diff_text_gives_round_0_and_last_headlines_the_first_and_the_larges
         "first differing: round 0 eval/linear_top1: 0.55 (A) against 0.56 (B); largest difference 0.5 "
         "(train/loss, round 1)\n"
         "B does not reproduce A\n")
+
+
+def test_a_value_one_ulp_apart_differs_the_diff_having_no_tolerance():
+    a = {(0, "eval/knn_top1"): 0.5, (1, "train/loss"): 2.0}
+    result = diff_runs(a, {**a, (1, "train/loss"): math.nextafter(2.0, 3.0)})
+    assert [key for key, _, _ in result.differing] == [(1, "train/loss")] and not result.reproduces
+
+
+def test_a_value_that_b_logged_and_a_lacks_is_missing_from_a(tmp_path, capsys):
+    """B made a round-1 evaluation A did not (both evaluate at round 0): missing from A, not reproduced."""
+    a = {(0, "eval/knn_top1"): 0.5, (1, "train/loss"): 2.0}
+    b = {**a, (1, "eval/knn_top1"): 0.6}
+    result = diff_runs(a, b)
+    assert (result.compared, result.differing, result.missing) == (2, (), (((1, "eval/knn_top1"), "A"),))
+    assert not result.reproduces
+    run_a, run_b = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "b", 0, 0.7)
+    write_metrics(run_a, [(r, n, v) for (r, n), v in a.items()])
+    write_metrics(run_b, [(r, n, v) for (r, n), v in b.items()])
+    assert main(["diff", str(run_a), str(run_b)]) == 1
+    out = capsys.readouterr().out
+    assert ("\n1 values of names both runs log are missing from one run; first: round 1 eval/knn_top1, missing from "
+            "A\nB does not reproduce A\n") in out
+
+
+def test_each_runs_line_gives_its_own_code_numerics_and_last_evaluated_round(tmp_path, capsys):
+    """Two runs of other code: each line names its own; the kNN headline ends at the last evaluated
+    round (2), not the last round logged (3, a loss)."""
+    run_a = fake_run(tmp_path, "a", 0, 0.7, code=["fedssl 0.1.0, git abc1234"],
+                     numerics=["torch 2.4.0, CPU AVX2"])
+    run_b = fake_run(tmp_path, "b", 0, 0.7, code=["fedssl 0.1.0, git def5678"],
+                     numerics=["torch 2.5.1, CPU AVX512"])
+    rows = [(0, "eval/knn_top1", 0.5), (2, "eval/knn_top1", 0.6), (3, "train/loss", 1.0)]
+    write_metrics(run_a, rows)
+    write_metrics(run_b, rows)
+    assert main(["diff", str(run_a), str(run_b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [f"A: {run_a}: knn_top1 50.00 (round 0) → 60.00 (round 2); code fedssl 0.1.0, git abc1234, "
+                         f"numerics torch 2.4.0, CPU AVX2",
+                         f"B: {run_b}: knn_top1 50.00 (round 0) → 60.00 (round 2); code fedssl 0.1.0, git def5678, "
+                         f"numerics torch 2.5.1, CPU AVX512"]
+
+
+def test_a_summary_whose_code_is_not_a_list_is_one_error_line_naming_it(tmp_path, capsys):
+    """A code of "abc1234" (a string, not the list fedssl run records) is refused, not shown as
+    "a; b; c; 1; 2; 3; 4"."""
+    run_a, run_b = fake_run(tmp_path, "a", 0, 0.7), fake_run(tmp_path, "b", 0, 0.7, code="abc1234")
+    for run_dir in (run_a, run_b):
+        write_metrics(run_dir, [(0, "eval/knn_top1", 0.5)])
+    assert main(["diff", str(run_a), str(run_b)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"fedssl: error: {run_b / 'summary.json'}: code: expected a list of strings")
