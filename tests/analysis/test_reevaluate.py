@@ -22,10 +22,11 @@ def finished_run(raw, tmp_path, name):
 
 @pytest.fixture(scope="module")
 def tiny_run(ray_session, tmp_path_factory):
-    """A finished run of the tiny synthetic scenario (2 rounds, evaluated every round)."""
+    """A finished run of the tiny synthetic scenario (2 rounds, evaluated and checkpointed every round)."""
     tmp_path = tmp_path_factory.mktemp("reevaluate")
     raw = tiny_scenario(tmp_path)
-    return finished_run({**raw, "eval": {**raw["eval"], **LABEL_EFFICIENT_EVAL}}, tmp_path, "run")
+    return finished_run({**raw, "eval": {**raw["eval"], **LABEL_EFFICIENT_EVAL},
+                         "output": {**raw["output"], "checkpoint_every": 1}}, tmp_path, "run")
 
 
 def listing(run_dir):
@@ -44,6 +45,27 @@ def test_unchanged_settings_give_the_runs_own_numbers_and_write_nothing(tiny_run
     # the training's provenance, so that evaluate's tables name the runs' code and warn of mixed numerics
     assert again["code"] == logged["code"] and again["numerics"] == logged["numerics"] and logged["code"]
     assert listing(run_dir) == before
+
+
+def test_an_interrupted_run_is_evaluated_at_its_newest_checkpoint_with_its_round_and_time(tiny_run, tmp_path):
+    """The run stopped after round 1 (no round-2 checkpoint, no summary.json): its final numbers are
+    those it logged at round 1, its rounds completed and wall time those of its round-1 checkpoint."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from simulator.runlog import read_checkpoint
+    run_dir = tmp_path / "copy"
+    shutil.copytree(tiny_run, run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "round_00002")
+    (run_dir / "summary.json").unlink()
+    rows = {(r["round"], r["name"]): r["value"] for r in pq.read_table(run_dir / "metrics.parquet").to_pylist()}
+    again = evaluate_run(run_dir)
+    assert {m: again["final"][m] for m in METRICS + LABEL_EFFICIENT} == {
+        m: rows[1, f"eval/{m}"] for m in METRICS + LABEL_EFFICIENT}
+    assert any(rows[1, f"eval/{m}"] != rows[2, f"eval/{m}"] for m in METRICS)  # round 2's would tell
+    elapsed = read_checkpoint(run_dir / "checkpoints" / "round_00001")["elapsed"]
+    assert again["rounds_completed"] == 1 and again["wall_seconds"] == elapsed > 0
 
 
 def test_per_client_encoders_come_from_the_checkpointed_client_states(ray_session, synthetic_raw, tmp_path, capsys):
@@ -118,6 +140,7 @@ def test_a_changed_protocol_is_applied(tiny_run, capsys, monkeypatch):
     cells = lambda section: " | ".join(f"{100 * again[section][m]:.2f}" for m in shown)  # noqa: E731
     row = f"| tiny | 3 | {cells('initial')} | {cells('final')} | 2 |"
     assert row in capsys.readouterr().out
+    assert evaluate_run(run_dir, ["eval.pixel_reference=false"])["pixels"] is None  # the run's was on
 
 
 @pytest.mark.parametrize("args, message", [
