@@ -154,3 +154,88 @@ def test_a_key_set_and_swept_at_once_is_one_line_before_anything_runs(synthetic_
     assert capsys.readouterr().err == (f"fedssl: error: --set: {set_item.partition('=')[0]}: is swept by --over "
                                        f"training.rounds as well; expected each key in --set or in --over, not both\n")
     assert not out.exists()
+
+
+def summary_of(n: int) -> dict:
+    """A run's summary.json with every value the sweep's row reads distinct (``n``: which run)."""
+    return {"steady_seconds_per_round": 1.5 * n, "steady_samples_per_second": 1000.0 * n,
+            "driver_rss_mb_max": 700.0 + n, "peak_memory_mb": {"workers": 2000.0 + n, "driver": 9.0},
+            "bytes_per_round": 5e6 * n, "bytes_up": 1.0, "bytes_down": 2.0,
+            "final": {"knn_top1": 0.70 + n / 100, "linear_top1": 0.75 + n / 100},
+            "initial": {"knn_top1": 0.40, "linear_top1": 0.45}, "pixels": {"knn_top1": 0.65, "linear_top1": 0.68},
+            "rounds_completed": 10 * n, "seconds_to_end_of_round_1": 60.0 + n}
+
+
+def test_a_row_reads_each_measure_from_its_own_summary_key():
+    """Each measure of the table is its run's summary value of that name (a cost read from the wrong key,
+    e.g. round 1's time as the steady time per round, tabulates and plots without a word)."""
+    from analysis.sweep import row_of
+    assert row_of({"seed": 3}, summary_of(2)) == {
+        "seed": 3, "seconds_per_round": 3.0, "samples_per_second": 2000.0, "driver_peak_mb": 702.0,
+        "workers_peak_mb": 2002.0, "bytes_per_round": 1e7, "final_knn_top1": 0.72, "final_linear_top1": 0.77,
+        "round0_knn_top1": 0.40, "round0_linear_top1": 0.45, "pixels_knn_top1": 0.65, "pixels_linear_top1": 0.68,
+        "rounds": 20, "seconds_to_end_of_round_1": 62.0}
+    # evaluation off: no accuracies, not an error
+    assert row_of({}, {**summary_of(1), "final": None, "initial": None, "pixels": None})["final_knn_top1"] is None
+
+
+def test_the_table_holds_the_finished_runs_when_a_later_run_fails(synthetic_raw, tmp_path, monkeypatch):
+    """sweep.parquet and sweep.md are rewritten after every run: a sweep whose second run fails keeps
+    the first run's row (written only at the end, hours of runs left no table)."""
+    import simulator.run
+    from analysis.sweep import run_sweep
+
+    class Boom(Exception):
+        pass
+    ran = []
+
+    def fake_run(scenario, run_dir, progress):
+        ran.append(scenario["population"]["num_clients"])
+        if len(ran) == 2:
+            raise Boom
+        return None, summary_of(1)
+    monkeypatch.setattr(simulator.run, "run_scenario", fake_run)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(synthetic_raw))
+    out = tmp_path / "sweep"
+    with pytest.raises(Boom):
+        run_sweep(str(scenario), ["population.num_clients=4,8,16"], [], out, progress=False)
+    assert ran == [4, 8]
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [(r["population.num_clients"], r["seconds_per_round"]) for r in rows] == [(4, 1.5)]
+    assert "| 4 | 1.5 | 1000 |" in (out / "sweep.md").read_text()
+
+
+def test_markdown_prints_floats_to_four_significant_digits_and_a_missing_value_empty():
+    from analysis.sweep import markdown
+    text = markdown([{"method.name": "fedavg", "seed": 0, "seconds_per_round": 1.234567, "bytes_per_round": 1234567.0,
+                      "final_knn_top1": 0.81234, "final_linear_top1": None}])
+    assert text.splitlines()[:3] == [
+        "| method.name | seed | seconds_per_round | bytes_per_round | final_knn_top1 | final_linear_top1 |",
+        "|---|---|---|---|---|---|",
+        "| fedavg | 0 | 1.235 | 1.235e+06 | 0.8123 |  |"]
+
+
+def test_a_plot_draws_each_measure_against_the_first_key_one_line_per_other_combination(tmp_path, monkeypatch):
+    """Swept as population.num_clients=100,10 and seed=0,1: per measure, a line per seed, its points
+    ordered along the x axis of the clients (not in sweep order), every value plotted (a zero too)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from analysis.sweep import MEASURES, plot
+    figures = []
+    subplots = plt.subplots
+
+    def recording(*args, **kwargs):
+        figure, axis = subplots(*args, **kwargs)
+        figures.append(axis)
+        return figure, axis
+    monkeypatch.setattr(plt, "subplots", recording)
+    rows = [{"population.num_clients": n, "seed": seed, **{m: float(value) for m in MEASURES}}
+            for (n, seed), value in zip([(100, 0), (100, 1), (10, 0), (10, 1)], [4, 3, 0, 1])]
+    plot(rows, ["population.num_clients", "seed"], tmp_path)
+    assert [axis.get_ylabel() for axis in figures] == list(MEASURES.values())
+    for axis in figures:
+        assert axis.get_xlabel() == "population.num_clients"
+        assert [(line.get_label(), list(line.get_xdata()), list(line.get_ydata())) for line in axis.get_lines()] == [
+            ("seed=0", [10.0, 100.0], [0.0, 4.0]), ("seed=1", [10.0, 100.0], [1.0, 3.0])]
