@@ -8,7 +8,9 @@ key is a number column where all its values are numbers, else its values as writ
 from __future__ import annotations
 
 import itertools
+import math
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,12 +52,24 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
                            else "a value is nested too deeply for the reader")  # that value: thousands of brackets
                 raise ScenarioError("--over", over,
                                     f"{problem}; expected e.g. 5, 0.1, true, [0.8,1.0] or a name") from None
-        repeated = [v for v in dict.fromkeys(items) if items.count(v) > 1]
+        # one value written two ways (0.1 and 0.10, 1 and 1.0, 1 and " 1") ran the same point twice
+        meant = [value_key(parse_yaml(item)) for item in items]
+        repeated = [v for v in dict.fromkeys(meant) if meant.count(v) > 1]
         if repeated:
-            raise ScenarioError("--over", over, f"the value {repeated[0]} is given twice; expected each value once")
+            spellings = list(dict.fromkeys(item for item, v in zip(items, meant) if v == repeated[0]))
+            raise ScenarioError("--over", over, f"the value {spellings[0]} is given twice; expected each value once"
+                                if len(spellings) == 1 else "the values " + " and ".join(f'"{s}"' for s in spellings)
+                                + " are one value; expected each value once")
         keys.append(key)
         values.append(items)
     return keys, [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*values)]
+
+
+def value_key(value: Any) -> str:
+    """What a swept value means, the same however it is written: a finite number as an exact fraction
+    (1 and 1.0 alike, 10**17 and 10**17 + 1 apart), anything else by its repr (True apart from 1)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return repr(Fraction(value) if number else value)
 
 
 def split_values(listed: str) -> list[str] | None:

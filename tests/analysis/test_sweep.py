@@ -20,6 +20,8 @@ def test_grid_is_the_product_of_the_swept_values():
     # a list-valued key: its values in brackets (the commas inside them split nothing)
     keys, combos = grid(["augment.crop_scale=[0.2,1.0],[0.35,1.0]"])
     assert combos == [["augment.crop_scale=[0.2,1.0]"], ["augment.crop_scale=[0.35,1.0]"]]
+    # values alike only in Python's equality or in a float's precision are two values
+    assert len(grid(["x=1,true"])[1]) == 2 and len(grid(["seed=100000000000000000,100000000000000001"])[1]) == 2
 
 
 EXPECTED_OVER = ("expected dotted.key=value1,value2,... (a list value in brackets, "
@@ -29,6 +31,14 @@ EXPECTED_OVER = ("expected dotted.key=value1,value2,... (a list value in bracket
 @pytest.mark.parametrize("over, message", [
     ("training.lr=0.1,0.1", "--over: training.lr=0.1,0.1: the value 0.1 is given twice; expected each value once"),
     ("seed=0,1,2,1", "--over: seed=0,1,2,1: the value 1 is given twice; expected each value once"),
+    # one value written two ways ran the same point twice, under two folder names
+    ("training.lr=0.1,0.10", '--over: training.lr=0.1,0.10: the values "0.1" and "0.10" are one value; expected each '
+                             'value once'),
+    ("training.lr=1,0.5,1.0", '--over: training.lr=1,0.5,1.0: the values "1" and "1.0" are one value; expected each '
+                              'value once'),
+    ("seed=1, 1", '--over: seed=1, 1: the values "1" and " 1" are one value; expected each value once'),
+    ("augment.crop_scale=[0.2,1.0],[0.2, 1.0]", '--over: augment.crop_scale=[0.2,1.0],[0.2, 1.0]: the values '
+                                                '"[0.2,1.0]" and "[0.2, 1.0]" are one value; expected each value once'),
     ("=1,2", f"--over: =1,2: {EXPECTED_OVER}"),
     ("seed=1,,2", f"--over: seed=1,,2: {EXPECTED_OVER}"),
     ("augment.crop_scale=[0.2,1.0],[0.35,1.0", f"--over: augment.crop_scale=[0.2,1.0],[0.35,1.0: {EXPECTED_OVER}"),
