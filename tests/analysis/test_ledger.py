@@ -148,6 +148,22 @@ def test_a_scenario_no_baseline_records_is_of_unknown_code(history):
     assert [h.code_state(code(c[k]), name) for k in ("c2", "c5")] == ["unknown", "unknown"]
 
 
+def test_a_run_on_a_merged_branch_that_lacks_a_code_change_on_main_is_stale(history):
+    """A branch started before the fix c2 and merged after it: a run at the branch's commit is an
+    ancestor of HEAD and not older than c2 in the history's order, yet lacks c2's change, so it is
+    stale; the merge itself holds c2 and is current."""
+    repo, c = history
+    git(repo, "checkout", "-q", "-b", "side", c["c1"])
+    side = commit(repo, "a change beside the fix", files={"docs/notes.md": "side\n"})
+    git(repo, "checkout", "-q", "-")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    merged = git(repo, "rev-parse", "HEAD")
+    h = History(repo)
+    name = "scenarios/quickstart.yaml"
+    assert h.changes(name) == (c["c2"],)
+    assert h.code_state(code(side), name) == "stale" and h.code_state(code(merged), name) == "current"
+
+
 def test_a_resumed_run_with_a_stale_session_is_stale_whatever_its_other_sessions(history):
     """A session at stale code decides, whichever order the sessions are listed in; an unknown one
     with the others current makes the run unknown."""
@@ -166,6 +182,8 @@ def test_a_run_folder_reached_by_two_spellings_is_listed_once(tmp_path, monkeypa
         (runs / f"seed_{seed}").mkdir(parents=True)
         (runs / f"seed_{seed}" / "summary.json").write_text("{}")
         (runs / f"seed_{seed}" / "scenario.yaml").write_text("{}")
+    (runs / "no_scenario").mkdir()  # a summary.json without its run's scenario.yaml: not a run fedssl kept
+    (runs / "no_scenario" / "summary.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     assert run_dirs([Path("runs"), runs, Path("runs/../runs/seed_0")]) == [Path("runs/seed_0"), Path("runs/seed_1")]
 
@@ -269,6 +287,22 @@ def test_the_ledger_judges_the_runs_of_each_shipped_file_with_current_code(histo
         assert main(["ledger", str(runs), "--scenarios", str(repo / "scenarios"), "--margin", f"linear_top1={probe}",
                      "--margin", f"knn_top1={knn}"]) == 0
         assert counts in capsys.readouterr().out
+
+
+def test_a_file_whose_every_run_is_stale_has_no_run_of_current_code_and_clears_on_nothing(history, tmp_path):
+    """A file whose only runs are of stale code misses on no seed of current code, yet it has shown
+    nothing: it is counted among the files with no run of current code, not among those that clear."""
+    repo, c = history
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(runs, f"old_{seed}", load_scenario(repo / "scenarios/quickstart.yaml", [f"seed={seed}"]),
+                  probe=5.0, knn=3.0, code_lines=code(c["c1"]))
+    text = ledger([runs], repo / "scenarios", parse_margins(None))
+    assert "| `scenarios/quickstart.yaml` | — | — | stale: cleared 1, 2; missed — |" in text
+    assert ("Of 1 shipped self-supervised Fashion-MNIST scenarios: 0 clear on every seed run, 0 miss on some seed, "
+            "1 have no run of current code.") in text
+    assert text.endswith("0 files lie above every margin, 0 below some margin, 0 straddle a margin, "
+                         "0 have one seed (no interval).")
 
 
 def test_a_files_mean_gain_lies_above_below_or_across_its_margin():
