@@ -4,6 +4,11 @@
 every combination one after another on the same Ray instance (local or ``ray.address: auto``) and
 writes ``sweep.parquet``, ``sweep.md`` and one PNG per measure against the first swept key. A swept
 key is a number column where all its values are numbers, else its values as written.
+
+``--out`` keeps the command (``sweep.yaml``: the scenario file's path and text, ``--over``, ``--set``).
+The same command again on that ``--out`` resumes the sweep, as ``fedssl claim`` resumes a claim: a
+finished run is kept (never repeated), an interrupted one resumes from its newest checkpoint, the rest
+run. Another command, or the scenario file edited since, is one error line: the table would mix sweeps.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from simulator.progress import Pace
-from simulator.runlog import atomic_write, check_name_lengths, check_out
+from simulator.runlog import atomic_write, check_name_lengths, check_out, read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, load_scenario, overridden, parse_yaml
 
 MEASURES = {
@@ -120,10 +125,50 @@ def row_of(values: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+SWEEP_RECORD = "sweep.yaml"
+
+
+def sweep_record(scenario_file: str, overs: list[str], sets: list[str]) -> dict[str, Any]:
+    """What makes a sweep: its scenario file (path and text), its ``--over`` and its ``--set``."""
+    return {"scenario": str(scenario_file), "scenario_text": Path(scenario_file).read_text(),
+            "over": list(overs), "set": list(sets)}
+
+
+def resumes(out: Path, record: dict[str, Any]) -> bool:
+    """Whether ``out`` holds this sweep (to resume): True where its ``sweep.yaml`` records ``record``;
+    False where ``out`` can be a new sweep's (:func:`simulator.runlog.check_out`). Raises
+    ``FileExistsError`` where it holds another sweep, or this one's scenario file as it was before an edit."""
+    kept = out / SWEEP_RECORD
+    if not kept.is_file():
+        check_out(out)
+        return False
+    try:
+        before = yaml.safe_load(kept.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        before = None
+    if not isinstance(before, dict) or set(before) != set(record):
+        raise FileExistsError(f"{kept}: damaged (expected the record fedssl sweep writes); expected an --out "
+                              f"holding this sweep, to resume it, or a new one")
+    if before["over"] != record["over"] or before["set"] != record["set"]:
+        was = " ".join(f"--{name} {item}" for name in ("over", "set") for item in before[name])
+        raise FileExistsError(f"{out}: holds another sweep ({before['scenario']} {was}); expected the same "
+                              f"scenario, --over and --set to resume it, or a new --out")
+    if before["scenario_text"] != record["scenario_text"]:  # the path may differ: the file's text is the sweep's
+        raise FileExistsError(f"{out}: its sweep ran {before['scenario']} as it was before an edit, not "
+                              f"{record['scenario']} as it is now; expected the file as it was, to resume the sweep, "
+                              f"or a new --out")
+    return True
+
+
 def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, progress: bool,
-              check: Callable[[dict, str], None] | None = None) -> list[dict]:
+              check: Callable[[dict, str], None] | None = None,
+              check_resume: Callable[[Path], None] | None = None) -> list[dict]:
     """Every combination's run, one after another, in ``out``. Before any is written, every combination
-    is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's checks before running)."""
+    is loaded and validated, then passed to ``check(scenario, source)`` (the CLI's checks before running);
+    on an ``out`` holding this sweep (:func:`resumes`), every interrupted run is passed to
+    ``check_resume(run_dir)`` (the CLI's checks before a resume), a finished run is kept and an
+    interrupted one resumed."""
+    from analysis.claims import differences, keys_text
     from simulator.run import run_scenario, stop_signals
     keys, combos = grid(overs)
     for item in sets:  # the swept value would replace the set one in every run, without a word
@@ -135,19 +180,53 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
     if check is not None:
         for combo, scenario in zip(combos, scenarios):
             check(scenario, f"{scenario_file} ({', '.join(combo)})")
-    check_out(out)
+    record = sweep_record(scenario_file, overs, sets)
+    resuming = resumes(out, record)
     check_name_lengths(tuple(run_dir_name(combo) for combo in combos), "--over")
-    out.mkdir(parents=True, exist_ok=True)
+    run_dirs = [out / run_dir_name(combo) for combo in combos]
+    started = [d for d in run_dirs if (d / "scenario.yaml").exists()] if resuming else []
+    kept: dict[Path, dict] = {}  # the finished runs' rows, read before anything runs
+    for run_dir, scenario, values in zip(run_dirs, scenarios, swept_values(keys, combos)):
+        if run_dir not in started:
+            continue
+        if (run_dir / "summary.json").exists():
+            kept[run_dir] = kept_row(run_dir, values)
+        elif check_resume is not None:
+            check_resume(run_dir)
+        if different := differences(read_recorded_scenario(run_dir), scenario):  # the code's defaults changed
+            print(f"note: {run_dir}: its scenario differs from the sweep's at {keys_text(different)} (the run is "
+                  f"used as it is)", file=sys.stderr)
+    if not resuming:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / SWEEP_RECORD, lambda p: p.write_text(yaml.safe_dump(record, sort_keys=False)))
     rows = []
     pace = Pace(len(combos))
-    for i, (combo, values, scenario) in enumerate(zip(combos, swept_values(keys, combos), scenarios), 1):
+    for i, (combo, values, scenario, run_dir) in enumerate(zip(combos, swept_values(keys, combos), scenarios,
+                                                                run_dirs), 1):
         stop_signals.raise_if_requested()  # a stop noted in the last run's last round: announce nothing more
-        print(f"sweep: run {i}/{len(combos)} ({', '.join(combo)})  {pace.text(i - 1)}", file=sys.stderr, flush=True)
-        _, summary = run_scenario(scenario, str(out / run_dir_name(combo)), progress=progress)
-        rows.append(row_of(values, summary))
+        state = ("finished before: kept" if run_dir in kept else "resuming" if run_dir in started
+                 else pace.text(i - 1))
+        print(f"sweep: run {i}/{len(combos)} ({', '.join(combo)})  {state}", file=sys.stderr, flush=True)
+        if run_dir in kept:
+            rows.append(kept[run_dir])
+        else:
+            _, summary = (run_scenario(scenario, progress=progress, resume_dir=str(run_dir)) if run_dir in started
+                          else run_scenario(scenario, str(run_dir), progress=progress))
+            rows.append(row_of(values, summary))
         write_outputs(rows, keys, out)
     print(f"sweep: {len(combos)}/{len(combos)} runs done  {pace.text(len(combos))}", file=sys.stderr, flush=True)
     return rows
+
+
+def kept_row(run_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """The table row of a finished run kept from before a resume; ``ScenarioError`` naming its
+    ``summary.json`` where that lacks a measure."""
+    summary = read_summary(run_dir)
+    try:
+        return row_of(values, summary)
+    except (KeyError, TypeError) as err:
+        raise ScenarioError(str(run_dir / "summary.json"), "-", f"lacks {err} (expected the summary that fedssl "
+                                                                f"run writes)") from None
 
 
 def run_dir_name(combo: list[str]) -> str:

@@ -183,6 +183,10 @@ def diff(args) -> int:
     return 0 if reproduces else 1
 
 
+RESUME_SWEEP = ("the sweep's later runs were not started; the same command again resumes the sweep (its finished "
+                "runs kept)")
+
+
 def study(args) -> int:
     """``fedssl sweep`` and ``fedssl benchmark``."""
 
@@ -194,7 +198,7 @@ def study(args) -> int:
             from analysis.sweep import markdown, run_sweep
             with stop_signals(), ray_connection_of_the_command():
                 rows = run_sweep(args.scenario, args.over, args.overrides, Path(args.out), progress=False,
-                                 check=check_before_running)
+                                 check=check_before_running, check_resume=check_before_resuming)
             print(markdown(rows), end="")
         else:
             from analysis.benchmark import format_results, run_benchmark
@@ -205,10 +209,9 @@ def study(args) -> int:
             check_before_running(scenario, args.scenario)
             print(format_results(run_benchmark(scenario)), end="")
     except (RunStopped, KeyboardInterrupt) as err:
-        return stopped(err, "the sweep's later runs were not started")
+        return stopped(err, RESUME_SWEEP)
     except (RunFailure, FloatingPointError) as err:  # a run's failure; the benchmark's plain loop raises the latter
-        return failed(err, "the sweep's later runs were not started" if args.command == "sweep"
-                      else "the benchmark's later modes were not started")
+        return failed(err, RESUME_SWEEP if args.command == "sweep" else "the benchmark's later modes were not started")
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
@@ -267,13 +270,21 @@ def resumable(run_dir: str, overrides: list[str], out: str | None) -> str:
     return str(path / "scenario.yaml")
 
 
+def check_before_resuming(run_dir: Path) -> None:
+    """A claim's or sweep's interrupted run: :func:`resumable`, then :func:`check_before_running` on its
+    recorded scenario; raises ScenarioError (or the data's error) before anything starts."""
+    from simulator.runlog import load_recorded_scenario
+    source = resumable(str(run_dir), [], None)
+    check_before_running(load_recorded_scenario(Path(run_dir)), source)
+
+
 def claim(args) -> int:
     """``fedssl claim SUITE.yaml``: run what is unfinished (resume the interrupted), then print the
     claim's table and verdict. A bad suite is one error line and exit 2 before anything is written."""
 
     from analysis.claims import arm_scenarios, read_suite, restrict_to_arms, run_missing, run_states, stale_notes
     from simulator.data.datasets import DatasetUnavailable
-    from simulator.runlog import check_directory_path, load_recorded_scenario
+    from simulator.runlog import check_directory_path
     from simulator.deadline import Deadline, stop_at
     try:
         deadline = Deadline.parse(args.until) if args.until is not None else None
@@ -293,7 +304,7 @@ def claim(args) -> int:
             if state.state == "new":
                 check_before_running(scenarios[state.arm, state.seed], f"{suite.path}: arms.{state.arm}")
             elif state.state == "interrupted":
-                check_before_running(load_recorded_scenario(state.run_dir), resumable(str(state.run_dir), [], None))
+                check_before_resuming(state.run_dir)
     except (ScenarioError, DatasetUnavailable, FileExistsError) as err:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2

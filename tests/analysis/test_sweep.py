@@ -249,3 +249,63 @@ def test_a_plot_draws_each_measure_against_the_first_key_one_line_per_other_comb
         assert axis.get_xlabel() == "population.num_clients"
         assert [(line.get_label(), list(line.get_xdata()), list(line.get_ydata())) for line in axis.get_lines()] == [
             ("seed=0", [10.0, 100.0], [0.0, 4.0]), ("seed=1", [10.0, 100.0], [1.0, 3.0])]
+
+
+def test_the_same_sweep_again_keeps_its_finished_runs_and_resumes_the_interrupted_one(synthetic_raw, tmp_path,
+                                                                                      capsys):
+    """A sweep whose second run was interrupted after its round-1 checkpoint (its round-2 checkpoint
+    and summary gone, as a stop leaves them), run again by the same command: the first run is kept as
+    it is (not repeated), the second resumes from round 1 and ends bitwise as it had; the table is the
+    first sweep's. Another grid, another --set or the scenario file edited since is one line, exit 2,
+    and nothing is written."""
+    import shutil
+    raw = {**synthetic_raw, "executor": "in_process", "output": {**synthetic_raw["output"], "checkpoint_every": 1}}
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "sweep"
+    command = ["sweep", str(scenario), "--over", "training.lr=0.05,0.1", "--out", str(out)]
+    assert main(command) == 0
+    capsys.readouterr()
+    first, second = out / "training.lr=0.05", out / "training.lr=0.1"
+    table = pq.read_table(out / "sweep.parquet").to_pylist()
+    kept = {p: p.read_bytes() for p in first.rglob("*") if p.is_file()}
+    finished = json.loads((second / "summary.json").read_text())
+    shutil.rmtree(second / "checkpoints" / "round_00002")
+    (second / "summary.json").unlink()
+    for other in (["sweep", str(scenario), "--over", "training.lr=0.05,0.2", "--out", str(out)],
+                  [*command, "--set", "training.rounds=3"]):
+        assert main(other) == 2
+        err = capsys.readouterr().err
+        assert err == (f"fedssl: error: {out}: holds another sweep ({scenario} --over training.lr=0.05,0.1); "
+                       f"expected the same scenario, --over and --set to resume it, or a new --out\n")
+    scenario.write_text(yaml.safe_dump({**raw, "seed": 4}))
+    assert main(command) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {out}: its sweep ran {scenario} as it was before an edit, not "
+                                       f"{scenario} as it is now; expected the file as it was, to resume the sweep, "
+                                       f"or a new --out\n")
+    assert not (second / "summary.json").exists()
+    scenario.write_text(yaml.safe_dump(raw))
+    state = second / "checkpoints" / "round_00001" / "state.pt"
+    saved = state.read_bytes()
+    state.write_bytes(b"damaged")  # the interrupted run's checkpoint is checked before anything runs
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedssl: error: {state}") and err.count("\n") == 1
+    state.write_bytes(saved)
+    assert main(command) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep: ")]
+    assert lines[:2] == ["sweep: run 1/2 (training.lr=0.05)  finished before: kept",
+                         "sweep: run 2/2 (training.lr=0.1)  resuming"]
+    assert {p: p.read_bytes() for p in first.rglob("*") if p.is_file()} == kept
+    resumed = json.loads((second / "summary.json").read_text())
+    assert resumed["final"] == finished["final"] and resumed["rounds_completed"] == 2
+    assert strip_times(pq.read_table(out / "sweep.parquet").to_pylist()) == strip_times(table)
+    assert main(command) == 0  # everything finished: nothing runs
+    assert "sweep: run 2/2 (training.lr=0.1)  finished before: kept" in capsys.readouterr().err
+
+
+def strip_times(rows: list[dict]) -> list[dict]:
+    """Table rows without the measures of the machine's speed and memory (a resumed run's differ)."""
+    machine = ("seconds_per_round", "samples_per_second", "driver_peak_mb", "workers_peak_mb",
+               "seconds_to_end_of_round_1")
+    return [{k: v for k, v in row.items() if k not in machine} for row in rows]

@@ -229,7 +229,8 @@ def test_a_failed_run_in_a_sweep_is_one_line_and_a_one_round_benchmark_is_refuse
     assert main(["sweep", str(scenario), "--over", "training.lr=0.05,50", "--out", str(tmp_path / "sweep")]) == 1
     err = capsys.readouterr().err
     assert err == ("\nfedssl: error: round 2, client 7, fedavg: non-finite loss (nan); the run stopped, its last good "
-                   "checkpoint is sweep/lr=50/checkpoints/round_00001; the sweep's later runs were not started\n")
+                   "checkpoint is sweep/lr=50/checkpoints/round_00001; the sweep's later runs were not started; the "
+                   "same command again resumes the sweep (its finished runs kept)\n")
     assert main(["benchmark", str(scenario), "--set", "training.rounds=1"]) == 2
     assert capsys.readouterr().err == (f"fedssl: error: {scenario}: training.rounds: expected at least 2 for a "
                                        f"benchmark (its speeds are read from round 2 on), got 1\n")
@@ -430,7 +431,8 @@ def test_a_signal_between_two_runs_ends_a_claim_or_sweep_with_one_line(synthetic
     monkeypatch.setattr(simulator.run, "run_scenario", stopped_at_the_second_run)
     scenario = write(tmp_path, {**synthetic_raw, "executor": "in_process"})
     argv = two_run_command(command, scenario, tmp_path)
-    hint = "run the claim again to go on" if command == "claim" else "the sweep's later runs were not started"
+    hint = ("run the claim again to go on" if command == "claim" else
+            "the sweep's later runs were not started; the same command again resumes the sweep (its finished runs kept)")
     monkeypatch.setattr("analysis.sweep.row_of", lambda values, summary: dict(values))
     monkeypatch.setattr("analysis.sweep.write_outputs", lambda rows, keys, out: None)
     assert main(argv) == 128 + 15
