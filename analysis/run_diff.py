@@ -14,6 +14,7 @@ differs, and for each run its round-0 and last backbone kNN and linear probe, it
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +53,9 @@ class RunDiff:
 
 
 def same(x: float, y: float) -> bool:
-    """Equal, or both NaN (a NaN logged by both runs is a value reproduced)."""
-    return x == y or (math.isnan(x) and math.isnan(y))
+    """The same bits, or both NaN (a NaN logged by both runs is a value reproduced); -0.0 and 0.0,
+    equal as numbers, differ (a computation that reproduces gives the same sign)."""
+    return struct.pack("<d", x) == struct.pack("<d", y) or (math.isnan(x) and math.isnan(y))
 
 
 def diff_runs(a: dict[tuple[int, str], float], b: dict[tuple[int, str], float]) -> RunDiff:

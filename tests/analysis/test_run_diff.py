@@ -174,6 +174,13 @@ def test_a_value_one_ulp_apart_differs_the_diff_having_no_tolerance():
     assert [key for key, _, _ in result.differing] == [(1, "train/loss")] and not result.reproduces
 
 
+def test_minus_zero_against_zero_differs_the_diff_comparing_bits():
+    a = {(0, "eval/knn_top1"): 0.5, (1, "train/loss_uv"): 0.0}
+    result = diff_runs(a, {**a, (1, "train/loss_uv"): -0.0})
+    assert [key for key, _, _ in result.differing] == [(1, "train/loss_uv")] and not result.reproduces
+    assert diff_runs(a, dict(a)).reproduces
+
+
 def test_a_value_that_b_logged_and_a_lacks_is_missing_from_a(tmp_path, capsys):
     """B made a round-1 evaluation A did not (both evaluate at round 0): missing from A, not reproduced."""
     a = {(0, "eval/knn_top1"): 0.5, (1, "train/loss"): 2.0}
