@@ -181,6 +181,17 @@ def test_one_percent_knn_and_probe_match_a_hand_computation_per_draw():
     assert set(metrics) == {"knn_top1_1pct", "linear_top1_1pct", "knn_top1_10pct", "linear_top1_10pct"}
     assert metrics["knn_top1_1pct"] == pytest.approx(np.mean(knn_scores), abs=1e-12)
     assert metrics["linear_top1_1pct"] == pytest.approx(np.mean(probe_scores), abs=1e-12)
+    # the second fraction is the mean over its own three draws (20 rows each), not over every draw so far
+    from simulator.evaluation.metrics import knn_top1, linear_probe_top1
+    tenth = [label_subset(train_y, 0.1, seed=5, draw=draw) for draw in range(3)]
+    eval_cfg = scenario["eval"]
+    knn_10 = [knn_top1(train_f[r], train_y[r], test_f, test_y, 2, k=eval_cfg["knn_k"],
+                       temperature=eval_cfg["knn_temperature"]) for r in tenth]
+    probe_10 = [linear_probe_top1(train_f[r], train_y[r], test_f, test_y, 2, max_iter=eval_cfg["probe_iterations"])
+                for r in tenth]
+    assert abs(np.mean(knn_10) - np.mean(knn_scores)) > 0.01 and abs(np.mean(probe_10) - np.mean(probe_scores)) > 0.01
+    assert metrics["knn_top1_10pct"] == pytest.approx(np.mean(knn_10), abs=1e-12)
+    assert metrics["linear_top1_10pct"] == pytest.approx(np.mean(probe_10), abs=1e-12)
 
 
 def test_label_efficient_metrics_use_each_draws_subset_of_the_eval_train_subset(synthetic_raw):
