@@ -91,14 +91,15 @@ def test_semi_supervised_ablations_inside_the_method(synthetic_raw, within_class
 
 def test_each_client_trains_with_its_own_labelled_samples(synthetic_raw):
     """The semi-supervised term a client is bound to holds that client's mask (seed, client id)."""
-    method, workspace, scenario = setup(synthetic_raw, objective="simclr", labelled_fraction=0.5)
+    method, workspace, scenario = setup(synthetic_raw, objective="simclr", labelled_fraction=0.25)
     extension = next(e for e in method.extensions if e.name == "semi_supervised")
     masks = {}
     for client in (2, 3):
         data = ClientData(client, torch.zeros(40, 1, 28, 28, dtype=torch.uint8), torch.zeros(40, dtype=torch.long))
         ctx = RoundContext(1, 2, (client,), scenario["seed"], freeze(scenario))
         masks[client] = extension.bind(workspace, method.objective, {}, data, ctx).labelled
-        assert torch.equal(masks[client], labelled_mask(scenario["seed"], client, 40, 0.5))
+        assert torch.equal(masks[client], labelled_mask(scenario["seed"], client, 40, 0.25))
+        assert masks[client].sum() == 10  # the scenario's fraction of the client's 40 samples
     assert not torch.equal(masks[2], masks[3])
 
 
@@ -115,7 +116,9 @@ def test_semi_supervised_loss_is_algorithm_2(synthetic_raw):
     lab, unl = labelled.nonzero().squeeze(1), (~labelled).nonzero().squeeze(1)
     ce = torch.nn.functional.cross_entropy
     plain = nt_xent(z1[unl], z2[unl], 0.5)
-    within = within_class_loss(lambda r: nt_xent(z1[lab][r], z2[lab][r], 0.5), labels[lab])
+    # classes 0, 1, 2, 3 among the labelled rows (rows 0; 1, 4; 3; 7): NT-Xent within each, summed
+    within = sum(nt_xent(z1[rows], z2[rows], 0.5) for rows in ([0], [1, 4], [3], [7]))
+    assert torch.allclose(within, within_class_loss(lambda r: nt_xent(z1[lab][r], z2[lab][r], 0.5), labels[lab]))
     label = ce(online["label_classifier"](h1[lab]), labels[lab]) + ce(online["label_classifier"](h2[lab]), labels[lab])
     got, parts = semi_supervised_loss(method.objective, embedding, labels, labelled, online["label_classifier"])
     assert torch.allclose(got, plain + within + label)

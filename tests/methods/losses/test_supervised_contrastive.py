@@ -32,3 +32,8 @@ def test_within_class_loss_sums_one_term_per_class_present():
 
     assert within_class_loss(rows_loss, labels).item() == 5.0
     assert sorted(seen) == [[0, 2, 3], [1, 4]]
+    # three classes (with two, a class's rows and the rest of the batch are the same two sets): one term
+    # on each class's own rows, 3 + 2 + 1 rows (the rows of the other classes would give 3 + 4 + 5)
+    seen.clear()
+    assert within_class_loss(rows_loss, torch.tensor([3, 1, 3, 3, 1, 0])).item() == 6.0
+    assert sorted(seen) == [[0, 2, 3], [1, 4], [5]]

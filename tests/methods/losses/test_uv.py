@@ -16,6 +16,10 @@ def test_uv_loss_matches_a_hand_computation():
     # client 1 on the same views: its own logits are 0 and 1
     expected_1 = -math.log(1 / (e + 1 + 1 / e)) - math.log(e / (1 + e + 1))
     assert math.isclose(uv_loss(u1, u2, ROWS, 1).item(), expected_1, rel_tol=1e-6)
+    # (by symmetry client 1's loss equals client 0's) client 2: its own logits are -1 and 0
+    expected_2 = -math.log((1 / e) / (e + 1 + 1 / e)) - math.log(1 / (1 + e + 1))
+    assert math.isclose(uv_loss(u1, u2, ROWS, 2).item(), expected_2, rel_tol=1e-6)
+    assert not math.isclose(expected_2, expected, rel_tol=1e-3)
 
 
 def test_uv_loss_averages_over_the_batch_and_ignores_norms():
