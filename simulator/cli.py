@@ -203,10 +203,13 @@ def study(args) -> int:
         else:
             from analysis.benchmark import format_results, run_benchmark
             scenario = load_scenario(args.scenario, args.overrides)
-            if scenario["training"]["rounds"] < 2:
-                raise ScenarioError(args.scenario, "training.rounds", "expected at least 2 for a benchmark (its "
-                                    f"speeds are read from round 2 on), got {scenario['training']['rounds']}")
-            check_before_running(scenario, args.scenario)
+            try:  # as run's: a value the command line set is named as --set's
+                if scenario["training"]["rounds"] < 2:
+                    raise ScenarioError(args.scenario, "training.rounds", "expected at least 2 for a benchmark (its "
+                                        f"speeds are read from round 2 on), got {scenario['training']['rounds']}")
+                check_before_running(scenario, args.scenario)
+            except ScenarioError as err:
+                raise named_as_set(err, args.overrides) from None
             print(format_results(run_benchmark(scenario)), end="")
     except (RunStopped, KeyboardInterrupt) as err:
         return stopped(err, RESUME_SWEEP)

@@ -231,9 +231,17 @@ def test_a_failed_run_in_a_sweep_is_one_line_and_a_one_round_benchmark_is_refuse
     assert err == ("\nfedssl: error: round 2, client 7, fedavg: non-finite loss (nan); the run stopped, its last good "
                    "checkpoint is sweep/lr=50/checkpoints/round_00001; the sweep's later runs were not started; the "
                    "same command again resumes the sweep (its finished runs kept)\n")
+    # a value the command line set is named as --set's (as run's and validate's), the file's own by the file
     assert main(["benchmark", str(scenario), "--set", "training.rounds=1"]) == 2
-    assert capsys.readouterr().err == (f"fedssl: error: {scenario}: training.rounds: expected at least 2 for a "
+    assert capsys.readouterr().err == ("fedssl: error: --set: training.rounds: expected at least 2 for a "
+                                       "benchmark (its speeds are read from round 2 on), got 1\n")
+    one_round = tmp_path / "one_round.yaml"
+    one_round.write_text(yaml.safe_dump({**synthetic_raw, "training": {**synthetic_raw["training"], "rounds": 1}}))
+    assert main(["benchmark", str(one_round)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {one_round}: training.rounds: expected at least 2 for a "
                                        f"benchmark (its speeds are read from round 2 on), got 1\n")
+    assert main(["benchmark", str(scenario), "--set", "model.hidden_dim=100000000000"]) == 2
+    assert capsys.readouterr().err.startswith("fedssl: error: --set: model: the networks' weights alone take ")
 
 
 def claim_suite(tmp_path, scenario: Path, *b_settings: str) -> Path:
