@@ -491,6 +491,13 @@ def main(argv: list[str] | None = None) -> int:
         commands.commands["run"].error("expected a scenario file or --resume RUN_DIR (one of them)")
     if args.command == "report" and args.metrics and not args.plot:
         commands.commands["report"].error("--metric names a curve of --plot DIR; expected --plot with it")
+    if args.command == "claim" and args.no_run:  # they did nothing with --no-run
+        if args.until is not None:
+            commands.commands["claim"].error("--until stops the suite's runs, which --no-run does not start; "
+                                             "expected one of them")
+        if args.progress:
+            commands.commands["claim"].error("--progress shows the suite's runs, which --no-run does not start; "
+                                             "expected one of them")
     if args.command == "report":
         return report(args.runs, args.baseline, plot=args.plot, metrics=args.metrics, margins=args.margins)
     if args.command == "evaluate":

@@ -119,6 +119,10 @@ def test_an_output_path_that_is_a_file_or_lies_under_one_is_refused(synthetic_ra
     (["report", "r", "--metric", "train/loss"], "fedssl report",  # it did nothing without --plot
      "--metric names a curve of --plot DIR; expected --plot with it"),
     (["claim", "c.yaml", "--runs-dir", "a\0b"], "fedssl claim", "argument --runs-dir: expected a path, got 'a\\x00b'"),
+    (["claim", "c.yaml", "--no-run", "--until", "+1h"], "fedssl claim",  # they did nothing with --no-run
+     "--until stops the suite's runs, which --no-run does not start; expected one of them"),
+    (["claim", "c.yaml", "--progress", "--no-run"], "fedssl claim",
+     "--progress shows the suite's runs, which --no-run does not start; expected one of them"),
 ])
 def test_a_usage_error_is_one_line_exit_2(capsys, argv, prog, message):
     with pytest.raises(SystemExit) as exit_:
