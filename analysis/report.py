@@ -440,6 +440,9 @@ def paired_table(runs: list[dict], baseline: str) -> str:
     groups = by_scenario(runs)
     if baseline not in groups:
         raise ValueError(f"--baseline: expected one of the scenario names {sorted(groups)}, got {baseline!r}")
+    if len(groups) == 1:  # nothing to pair with: an option that would change nothing
+        raise ValueError(f"--baseline: every run given is scenario {baseline!r}; expected runs of another scenario "
+                         f"too, to compare with it")
     finals = shown_metrics(runs)
     lines = [f"| scenario − {baseline} | paired seeds | " + " | ".join(f"final {k}" for k in finals) + " |",
              "|" + "---|" * (len(finals) + 2)]
