@@ -24,9 +24,10 @@ that are offline, drop out or miss the deadline are not simulated at all (their 
 - deadline: clients whose simulated time exceeds ``deadline_seconds`` are late (dropped).
 - over-selection: ``ceil(clients_per_round * (1 + over_selection))`` clients are sampled; the
   first ``clients_per_round`` to report are kept, as production cross-device systems do.
-- round time: the last kept report's time; a round short of ``clients_per_round`` reports closes at
-  the deadline (the server cannot tell a dropped client from a slow one), or without a deadline at
-  its last report.
+- round time: the last kept report's time; a round short of ``clients_per_round`` reports in which a
+  sampled client has not reported closes at the deadline (the server cannot tell a dropped client from
+  a slow one), or without a deadline at its last report; one in which every sampled client reported
+  (fewer online than ``clients_per_round``) closes at its last report, there being none to wait for.
 """
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ class Population:
         on_time = seconds <= deadline if deadline is not None else np.ones(len(sampled), dtype=bool)
         reporting = np.flatnonzero(stays & on_time)
         first = reporting[np.argsort(seconds[reporting], kind="stable")][:wanted]
-        if len(first) < wanted and deadline is not None:
+        if len(first) < wanted and deadline is not None and len(reporting) < len(sampled):
             closes = float(deadline)
         else:
             closes = float(seconds[first].max()) if len(first) else 0.0

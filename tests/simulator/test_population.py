@@ -115,6 +115,24 @@ def test_a_round_short_of_reports_closes_at_the_deadline():
     assert short > 0
 
 
+def test_a_round_short_of_reports_because_few_are_online_closes_at_its_last_report():
+    """Fewer clients online than clients_per_round, nobody dropping out or late: every sampled client
+    has reported, the server has nobody to wait for and closes at the last report, not at the deadline;
+    with one dropout among them it waits until the deadline."""
+    few = dict(availability=0.05, deadline_seconds=30.0)
+    closed_early = waited = 0
+    for r in range(1, 30):
+        plan = population(**few).plan(r)
+        assert len(plan.sampled) < 20 and plan.completed == plan.sampled and plan.sampled
+        assert plan.simulated_seconds == population(availability=0.05).plan(r).simulated_seconds < 3.0
+        closed_early += 1
+        dropping = population(**few, dropout=0.2).plan(r)
+        if dropping.dropped:
+            assert dropping.simulated_seconds == 30.0
+            waited += 1
+    assert closed_early and waited
+
+
 def test_over_selection_keeps_the_first_to_report():
     tiers = [{"fraction": 0.5, "samples_per_second": 10.0}, {"fraction": 0.5, "samples_per_second": 1000.0}]
     pop = population(speed_tiers=tiers, over_selection=0.5)
