@@ -109,3 +109,34 @@ def test_a_sum_moved_to_another_device_keeps_its_overflow_bound():
     assert workers[0].bound == 1500 * (741455 * 2**32 + 0.5)
     with pytest.raises(OverflowError, match="too large to sum exactly"):
         sum_stats(workers)
+
+
+def test_an_upload_at_exactly_the_documented_limit_is_refused():
+    """|value| x weight must stay *below* 2**20: 2**20 itself (and 2**19 x weight 2) is refused,
+    the float just under it is not."""
+    for value, weight in ((2.0**20, 1), (-(2.0**20), 1), (2.0**19, 2)):
+        with pytest.raises(OverflowError, match="too large"):
+            Stats.from_tensors({"x": torch.tensor([value], dtype=torch.float64)}, weight=weight)
+    Stats.from_tensors({"x": torch.tensor([2.0**20 - 2.0**-20], dtype=torch.float64)}, weight=1)
+
+
+@pytest.mark.parametrize("left, right", [({"x"}, {"x", "y"}), ({"x", "y"}, {"x"}), ({"x"}, {"y"})])
+def test_sums_of_different_names_are_refused_whichever_side_has_more(left, right):
+    """A name only one side has is neither dropped nor kept from that side alone: the addition raises."""
+    a = Stats.from_tensors({name: torch.ones(2) for name in sorted(left)}, 1)
+    b = Stats.from_tensors({name: torch.ones(2) for name in sorted(right)}, 2)
+    with pytest.raises(ValueError, match="cannot add Stats with keys"):
+        a + b
+    with pytest.raises(ValueError, match="cannot add Stats with keys"):
+        sum_stats([b, a])
+
+
+def test_weights_scale_each_client_once_and_the_mean_divides_by_the_summed_weight():
+    """Hand-computed: clients 0.5 (weight 2), -1.25 (weight 4), 3.0 (weight 1) sum to
+    1 - 5 + 3 = -1 over weight 7 (not 3 clients): mean -1/7; the total is the weighted sum, -1."""
+    stats = [Stats.from_tensors({"x": torch.tensor([v])}, w) for v, w in ((0.5, 2), (-1.25, 4), (3.0, 1))]
+    total = sum_stats(stats)
+    assert total.weight == 7
+    assert total.sums["x"].tolist() == [-(2**32)]
+    assert total.total()["x"].tolist() == [-1.0]
+    assert total.average()["x"].tolist() == [torch.tensor(-1 / 7, dtype=torch.float32).item()]
