@@ -1,5 +1,6 @@
 """Lists of records are checked one way: the first problem, in list then field order, named by where it is."""
 import pytest
+import torch
 
 from simulator.records import (GPU_COUNT, NON_NEGATIVE_NUMBER, POSITIVE_INTEGER, POSITIVE_NUMBER, STRING,
                                RecordError, check_records, one_of)
@@ -73,3 +74,18 @@ def test_the_error_text_is_where_then_the_message_or_the_message_alone():
         "[2].count: expected a positive integer, got 0"
     message = "expected a non-empty list of {name}, got []"
     assert str(RecordError("", message)) == message
+
+
+def test_number_fields_refuse_infinities_and_nan():
+    for value in (float("inf"), float("-inf"), float("nan")):
+        assert not POSITIVE_NUMBER.accepts(value) and not NON_NEGATIVE_NUMBER.accepts(value)
+        assert not GPU_COUNT.accepts(value)
+
+
+def test_out_of_float32_refuses_either_sign_past_the_largest_float32_and_nothing_within():
+    from simulator.records import FLOAT32_MAX, out_of_float32
+    assert FLOAT32_MAX == torch.finfo(torch.float32).max
+    for value in (FLOAT32_MAX, -FLOAT32_MAX, 0.0, 1e38, -1e38):
+        assert out_of_float32(value) is None
+    for value in (1e39, -1e39, FLOAT32_MAX * (1 + 2**-50)):
+        assert out_of_float32(value).startswith("a number within float32's range")
