@@ -162,3 +162,42 @@ def test_workspace_state_bytes_counts_every_network_of_a_worker_without_allocati
             if networks is not None:
                 held += sum(t.numel() * t.element_size() for t in (*networks.parameters(), *networks.buffers()))
     assert counted == held > 0
+
+
+def test_memory_is_the_resident_set_and_its_peak_in_mib(monkeypatch):
+    """VmRSS is the resident set now and VmHWM its peak, both in kB in /proc: read as MiB."""
+    import io
+    from simulator import resources
+    status = "Name:\tpython\nVmPeak:\t 9999999 kB\nVmHWM:\t 3072 kB\nVmRSS:\t 1536 kB\nVmSwap:\t 7 kB\n"
+    monkeypatch.setattr(resources, "open", lambda path: io.StringIO(status), raising=False)
+    assert resources.memory_mb() == {"rss_mb": 1.5, "peak_mb": 3.0}
+
+
+def test_machine_memory_is_its_pages_times_the_page_size(monkeypatch):
+    from simulator import resources
+    sizes = {"SC_PHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(resources.os, "sysconf", lambda name: sizes[name])
+    assert resources.machine_memory_bytes() == 4096000
+
+
+def test_the_thread_count_is_restored_after_the_block():
+    from simulator.resources import threads
+    before = torch.get_num_threads()
+    with threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+    assert torch.get_num_threads() == before
+    with threads(0):  # at least one thread
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def test_workspace_state_bytes_counts_each_tensors_own_element_size():
+    """A float64 slot takes 8 bytes an element, an int64 counter 8, a float16 one 2, of every workspace."""
+    from types import SimpleNamespace
+
+    class Method:
+        def make_workspace(self, device):
+            return [SimpleNamespace(slots={"w": torch.empty(3, dtype=torch.float64), "n": torch.empty((), dtype=torch.int64)}),
+                    SimpleNamespace(slots={"h": torch.empty(5, dtype=torch.float16)})]
+
+    assert workspace_state_bytes(Method()) == 3 * 8 + 8 + 5 * 2
