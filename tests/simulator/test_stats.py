@@ -140,3 +140,10 @@ def test_weights_scale_each_client_once_and_the_mean_divides_by_the_summed_weigh
     assert total.sums["x"].tolist() == [-(2**32)]
     assert total.total()["x"].tolist() == [-1.0]
     assert total.average()["x"].tolist() == [torch.tensor(-1 / 7, dtype=torch.float32).item()]
+
+
+@pytest.mark.parametrize("weight", [1.5, 2.0, -1, "2"])
+def test_a_weight_that_is_not_a_positive_int_is_refused(weight):
+    """A fractional (or float) weight would make the summed weight, and so the mean's divisor, a float."""
+    with pytest.raises(ValueError, match="positive int"):
+        Stats.from_tensors({"x": torch.ones(1)}, weight=weight)
