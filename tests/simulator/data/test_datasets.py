@@ -188,3 +188,19 @@ def test_a_train_subset_keeps_the_data_sets_name_classes_and_test_split(tmp_path
     small = datasets.scenario_dataset(config, 0)
     assert (small.name, small.num_classes, len(small.train_y)) == ("cifar100", 100, 2)
     assert set(small.train_y.tolist()) < {97, 42, 3} and small.test_y.tolist() == [7, 8]
+
+
+def test_a_train_subset_of_files_is_drawn_by_the_run_seed(tmp_path):
+    """Files do not change with the seed (unlike the synthetic set), so another run seed draws another
+    subset of the same images, and the same seed the same one."""
+    images = np.random.default_rng(12).integers(0, 256, (22, 3, 32, 32), dtype=np.uint8)
+    (tmp_path / "cifar-100-python").mkdir()
+    for name, rows in (("train", slice(0, 20)), ("test", slice(20, 22))):
+        batch = {b"data": images[rows].reshape(-1, 3072), b"fine_labels": list(range(len(images[rows])))}
+        (tmp_path / "cifar-100-python" / name).write_bytes(pickle.dumps(batch))
+    config = {"name": "cifar100", "root": str(tmp_path), "download": False, "train_subset": 10}
+    drawn = {seed: datasets.scenario_dataset(config, seed).train_y.tolist() for seed in (0, 1)}
+    assert drawn[0] == datasets.scenario_dataset(config, 0).train_y.tolist() and drawn[0] != drawn[1]
+    for seed, labels in drawn.items():  # each label is its image's row: images and labels stay together
+        small = datasets.scenario_dataset(config, seed)
+        assert torch.equal(small.train_x, torch.from_numpy(images[labels]))

@@ -5,7 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.data.partition import (DIRICHLET_FILLS, PARTITION_KINDS, Partition, _random_order_counts, _rotations,
+from simulator.data.partition import (DIRICHLET_FILLS, PARTITION_KINDS, Partition, _client_class_counts,
+                                      _random_order_counts, _rotations,
                                       build_partition, make_partition)
 from simulator.scenario import load_scenario
 
@@ -262,6 +263,40 @@ def test_random_order_falls_back_on_the_prior_of_the_classes_left_only():
     counts = _random_order_counts(proportions, np.array([2, 1]), np.array([0.5, 0.25, 0.25]), np.array([1, 1, 1]),
                                   ScriptedRng([0.5, 0.1, 0.5]))
     assert counts.tolist() == [[1, 1, 0], [0, 0, 1]]
+
+
+class ChoiceRecordingRng(ScriptedRng):
+    """A :class:`ScriptedRng` whose ``choice`` records its probabilities and returns the likeliest."""
+
+    def __init__(self):
+        super().__init__()
+        self.choices = []
+
+    def choice(self, count, p):
+        self.choices.append(np.asarray(p).tolist())
+        return int(np.argmax(p))
+
+
+def test_in_order_falls_back_on_the_prior_of_the_classes_left_only():
+    """A client of 3 wanting only class 0, which has 1 sample: it takes it, then its proportions carry
+    no weight over the classes left, so one class is drawn by the prior over those, [0, 0.6, 0.2]
+    normalised: [0, 0.75, 0.25] (not uniform over the open classes, [0, 0.5, 0.5]); class 1 takes the
+    other two samples."""
+    rng = ChoiceRecordingRng()
+    counts = _client_class_counts(3, np.array([1.0, 0.0, 0.0]), np.array([0.2, 0.6, 0.2]), np.array([1, 5, 5]), rng)
+    assert counts.tolist() == [1, 2, 0]
+    np.testing.assert_allclose(rng.choices, [[0.0, 0.75, 0.25]])
+
+
+@pytest.mark.parametrize("kind, settings", [("dirichlet", {"fill": "in_order"}), ("dirichlet", {"fill": "random_order"}),
+                                            ("classes_per_client", {"k": 1})])
+def test_which_samples_of_a_class_a_client_gets_is_drawn_not_the_data_sets_order(kind, settings):
+    """One class, two clients: each gets 50 of its samples, drawn at random (not the first 50 and the
+    last 50 in the data set's order, which would follow however the files are sorted)."""
+    partition = make_partition(kind, np.zeros(100, np.int64), 2, seed=0, **settings)
+    assert partition.sizes().tolist() == [50, 50]
+    assert not any(np.array_equal(indices, np.arange(50)) or np.array_equal(indices, np.arange(50, 100))
+                   for indices in partition.indices)
 
 
 def test_an_angle_that_float32_rounds_up_to_360_wraps_to_0():

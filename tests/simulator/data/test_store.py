@@ -143,18 +143,20 @@ def test_train_subset_partitions_only_the_subset_in_its_own_cache_entry(syntheti
 
 
 def test_the_partition_cache_entry_depends_on_each_input_of_the_partition(synthetic_raw, tmp_path):
-    """Seed, client count, dataset root and partition settings each name their own entry: a cached
-    partition is never reused for a run that would draw another one."""
+    """Seed, client count, data set, dataset root and partition settings each name their own entry: a
+    cached partition is never reused for a run that would draw another one (or hold other images)."""
     from simulator.data.store import prepare_partition
     from simulator.scenario import resolve
     base = prepare_partition(resolve(synthetic_raw))
     variants = [{**synthetic_raw, "seed": 4},
                 {**synthetic_raw, "population": {**synthetic_raw["population"], "num_clients": 6}},
                 {**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "root": str(tmp_path)}},
-                {**synthetic_raw, "partition": {**synthetic_raw["partition"], "alpha": 0.7}}]
+                {**synthetic_raw, "partition": {**synthetic_raw["partition"], "alpha": 0.7}},
+                {**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "name": "synthetic_cifar10"}}]
     directories = [prepare_partition(resolve(raw)) for raw in variants]
-    assert len({base, *directories}) == 5 and all(d.parent == base.parent for d in directories)
+    assert len({base, *directories}) == 6 and all(d.parent == base.parent for d in directories)
     assert PartitionReader(directories[1]).num_clients == 6
+    assert PartitionReader(directories[4]).channels == 3 and PartitionReader(base).channels == 1
 
 
 def test_rotate_is_torchvision_s_bilinear_rotation():
