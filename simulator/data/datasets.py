@@ -116,6 +116,11 @@ def _load_files(name: str, root: str | Path | None, download: bool) -> ImageData
                 arrays = [torch.from_numpy(a) for a in source.parse(files)]
             except ValueError as error:  # a damaged or wrong file: the parser names it
                 raise DatasetUnavailable(f"{name}: {error}; replace the file with the published one") from None
+            for split, labels in (("train", arrays[1]), ("test", arrays[3])):
+                if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < source.num_classes:
+                    raise DatasetUnavailable(
+                        f"{name}: the {split} labels in {directory} must be between 0 and {source.num_classes - 1}, "
+                        f"got {int(labels.min())} to {int(labels.max())}; replace the files with the published ones")
             return ImageDataset(name, *arrays, num_classes=source.num_classes)
     raise DatasetUnavailable(
         f"{name}: files {', '.join(source.files)} (optionally .gz) not found in any of "

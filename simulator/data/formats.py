@@ -56,7 +56,10 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def _checked(path: Path, images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Return images and int64 labels after checking that they describe the same number of samples."""
+    """Return images and int64 labels after checking that they describe the same number of samples
+    (labels: one integer each)."""
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"{path}: labels have shape {labels.shape} of {labels.dtype}; expected one integer an image")
     if len(images) != len(labels):
         raise ValueError(f"{path}: {len(images)} images but {len(labels)} labels")
     return images, labels.astype(np.int64)
@@ -67,8 +70,15 @@ def fashion_mnist_arrays(files: dict[str, Path]) -> Arrays:
     splits = []
     for prefix in ("train", "t10k"):
         images_path = files[f"{prefix}-images-idx3-ubyte"]
-        images = read_idx(images_path)[:, None]
-        splits += _checked(images_path, images, read_idx(files[f"{prefix}-labels-idx1-ubyte"]))
+        images = read_idx(images_path)
+        if images.ndim != 3 or images.shape[1] != images.shape[2]:
+            raise ValueError(f"{images_path}: idx shape {images.shape}; expected square images [N, rows, rows]")
+        labels_path = files[f"{prefix}-labels-idx1-ubyte"]
+        labels = read_idx(labels_path)
+        if labels.ndim != 1:
+            raise ValueError(f"{labels_path}: labels have shape {labels.shape} of {labels.dtype}; expected one "
+                             "integer an image")
+        splits += _checked(images_path, images[:, None], labels)
     return tuple(splits)
 
 

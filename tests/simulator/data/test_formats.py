@@ -193,3 +193,36 @@ def test_a_file_that_cannot_be_opened_is_an_os_error_not_a_damaged_file(tmp_path
         formats.cifar_arrays({"test_batch": tmp_path / "absent"}, (), "test_batch", b"labels")
     with pytest.raises(FileNotFoundError):
         formats.svhn_arrays({"train_32x32.mat": tmp_path / "absent.mat", "test_32x32.mat": tmp_path / "absent.mat"})
+
+
+@pytest.mark.parametrize("name, array, message", [
+    ("train-images-idx3-ubyte", np.zeros((5, 36), np.uint8), r"idx shape \(5, 36\); expected square images"),
+    ("train-images-idx3-ubyte", np.zeros((5, 6, 5), np.uint8), r"idx shape \(5, 6, 5\); expected square images"),
+    ("t10k-labels-idx1-ubyte", np.zeros((3, 1), np.uint8), r"labels have shape \(3, 1\) of uint8; expected one"),
+])
+def test_an_idx_file_of_the_wrong_shape_is_refused_naming_it(tmp_path, write_fashion, write_idx, name, array, message):
+    """Not ImageDataset's complaint about a tensor (a ValueError naming no file): the loader's one line."""
+    write_fashion(tmp_path, "", np.random.default_rng(0))
+    write_idx(tmp_path / name, array)
+    with pytest.raises(DatasetUnavailable, match=f"^fashion_mnist: {re.escape(str(tmp_path / name))}: {message}"):
+        load_dataset("fashion_mnist", root=tmp_path)
+
+
+def test_labels_outside_the_data_sets_classes_are_refused(tmp_path, write_fashion, write_idx):
+    """A label 10 in Fashion-MNIST's files would be an eleventh class no model head has."""
+    write_fashion(tmp_path, "", np.random.default_rng(0))
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([0, 9, 10], np.uint8))
+    with pytest.raises(DatasetUnavailable, match=f"^fashion_mnist: the test labels in {re.escape(str(tmp_path))} "
+                                                 r"must be between 0 and 9, got 0 to 10; replace the files"):
+        load_dataset("fashion_mnist", root=tmp_path)
+
+
+def test_a_cifar_batch_whose_labels_are_not_integers_is_refused_naming_it(tmp_path):
+    directory = tmp_path / "cifar-10-batches-py"
+    images = np.zeros((2, 3, 32, 32), np.uint8)
+    for i in range(5):
+        write_cifar_batch(directory / f"data_batch_{i + 1}", images, np.array([1, 2]), b"labels")
+    write_cifar_batch(directory / "test_batch", images, np.array([0.5, 2.0]), b"labels")
+    with pytest.raises(DatasetUnavailable, match=f"^cifar10: {re.escape(str(directory / 'test_batch'))}: labels have "
+                                                 r"shape \(2,\) of float64; expected one integer an image"):
+        load_dataset("cifar10", root=tmp_path)
