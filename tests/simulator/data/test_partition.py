@@ -374,3 +374,11 @@ def test_heterogeneity_counts_a_toy_split_by_hand():
     stats = grown.heterogeneity(np.r_[labels, [0] * 100])
     assert stats["classes_per_client"] == 5 / 3 and stats["classes_per_client_1pct"] == 4 / 3
     assert "rotation_bins_per_client" not in stats and stats["client_size_max"] == 200
+
+
+def test_distinct_class_sets_counts_clients_holding_the_same_classes_once():
+    """Clients 0 and 1 hold classes {0, 1} (in other amounts), client 2 holds {2}, client 3 {0, 1, 2}:
+    three distinct sets among four clients."""
+    labels = np.array([0, 1, 1, 0, 0, 1, 2, 2, 0, 1, 2])
+    partition = Partition((np.arange(3), np.arange(3, 6), np.arange(6, 8), np.arange(8, 11)))
+    assert partition.heterogeneity(labels)["distinct_class_sets"] == 3
