@@ -185,8 +185,9 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
     check_name_lengths(tuple(run_dir_name(combo) for combo in combos), "--over")
     run_dirs = [out / run_dir_name(combo) for combo in combos]
     started = [d for d in run_dirs if (d / "scenario.yaml").exists()] if resuming else []
+    columns = swept_values(keys, combos)
     kept: dict[Path, dict] = {}  # the finished runs' rows, read before anything runs
-    for run_dir, scenario, values in zip(run_dirs, scenarios, swept_values(keys, combos)):
+    for run_dir, scenario, values in zip(run_dirs, scenarios, columns):
         if run_dir not in started:
             continue
         if (run_dir / "summary.json").exists():
@@ -201,8 +202,7 @@ def run_sweep(scenario_file: str, overs: list[str], sets: list[str], out: Path, 
         atomic_write(out / SWEEP_RECORD, lambda p: p.write_text(yaml.safe_dump(record, sort_keys=False)))
     rows = []
     pace = Pace(len(combos))
-    for i, (combo, values, scenario, run_dir) in enumerate(zip(combos, swept_values(keys, combos), scenarios,
-                                                                run_dirs), 1):
+    for i, (combo, values, scenario, run_dir) in enumerate(zip(combos, columns, scenarios, run_dirs), 1):
         stop_signals.raise_if_requested()  # a stop noted in the last run's last round: announce nothing more
         state = ("finished before: kept" if run_dir in kept else "resuming" if run_dir in started
                  else pace.text(i - 1))

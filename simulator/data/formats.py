@@ -55,11 +55,13 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, np.uint8, offset=offset).reshape(shape)
 
 
-def _checked(path: Path, images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _checked(path: Path, images: np.ndarray, labels: np.ndarray,
+             labels_path: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Return images and int64 labels after checking that they describe the same number of samples
-    (labels: one integer each)."""
+    (labels: one integer each; ``labels_path``: their own file, where not ``path``)."""
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"{path}: labels have shape {labels.shape} of {labels.dtype}; expected one integer an image")
+        raise ValueError(f"{labels_path or path}: labels have shape {labels.shape} of {labels.dtype}; expected one "
+                         f"integer an image")
     if len(images) != len(labels):
         raise ValueError(f"{path}: {len(images)} images but {len(labels)} labels")
     return images, labels.astype(np.int64)
@@ -74,11 +76,7 @@ def fashion_mnist_arrays(files: dict[str, Path]) -> Arrays:
         if images.ndim != 3 or images.shape[1] != images.shape[2]:
             raise ValueError(f"{images_path}: idx shape {images.shape}; expected square images [N, rows, rows]")
         labels_path = files[f"{prefix}-labels-idx1-ubyte"]
-        labels = read_idx(labels_path)
-        if labels.ndim != 1:
-            raise ValueError(f"{labels_path}: labels have shape {labels.shape} of {labels.dtype}; expected one "
-                             "integer an image")
-        splits += _checked(images_path, images[:, None], labels)
+        splits += _checked(images_path, images[:, None], read_idx(labels_path), labels_path)
     return tuple(splits)
 
 
