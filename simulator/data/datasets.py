@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -96,8 +97,9 @@ def _download(source: _Source, directory: Path) -> None:
         dataset_class(str(directory), download=True, **variant)
 
 
-def _load_files(name: str, root: str | Path | None, download: bool) -> ImageDataset:
-    """Find (or download) a file-based dataset and parse it."""
+def _find_files(name: str, root: str | Path | None, download: bool) -> tuple[Path, dict[str, Path]]:
+    """The directory holding data set ``name``'s files and each file's path there (first in search
+    order; downloaded into the cache first when ``download`` and none holds them)."""
     source = _SOURCES[name]
     directories = _search_dirs(source, root)
     if root is not None and not Path(root).expanduser().is_dir():
@@ -112,20 +114,42 @@ def _load_files(name: str, root: str | Path | None, download: bool) -> ImageData
     for directory in directories:
         files = _locate(source, directory)
         if files is not None:
-            try:
-                arrays = [torch.from_numpy(a) for a in source.parse(files)]
-            except ValueError as error:  # a damaged or wrong file: the parser names it
-                raise DatasetUnavailable(f"{name}: {error}; replace the file with the published one") from None
-            for split, labels in (("train", arrays[1]), ("test", arrays[3])):
-                if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < source.num_classes:
-                    raise DatasetUnavailable(
-                        f"{name}: the {split} labels in {directory} must be between 0 and {source.num_classes - 1}, "
-                        f"got {int(labels.min())} to {int(labels.max())}; replace the files with the published ones")
-            return ImageDataset(name, *arrays, num_classes=source.num_classes)
+            return directory, files
     raise DatasetUnavailable(
         f"{name}: files {', '.join(source.files)} (optionally .gz) not found in any of "
         f"{', '.join(map(str, directories))}; {source.install_hint}put them in one of those directories, "
         f"set dataset.root, or set dataset.download: true")
+
+
+def _load_files(name: str, root: str | Path | None, download: bool) -> ImageDataset:
+    """Find (or download) a file-based dataset and parse it."""
+    source = _SOURCES[name]
+    directory, files = _find_files(name, root, download)
+    try:
+        arrays = [torch.from_numpy(a) for a in source.parse(files)]
+    except ValueError as error:  # a damaged or wrong file: the parser names it
+        raise DatasetUnavailable(f"{name}: {error}; replace the file with the published one") from None
+    for split, labels in (("train", arrays[1]), ("test", arrays[3])):
+        if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < source.num_classes:
+            raise DatasetUnavailable(
+                f"{name}: the {split} labels in {directory} must be between 0 and {source.num_classes - 1}, "
+                f"got {int(labels.min())} to {int(labels.max())}; replace the files with the published ones")
+    return ImageDataset(name, *arrays, num_classes=source.num_classes)
+
+
+def files_digest(name: str, root: str | Path | None = None, download: bool = False) -> str | None:
+    """SHA-256 over the names and bytes of the files :func:`load_dataset` reads for data set ``name``
+    (None for a synthetic set, which the seed determines): what a cached partition was cut from."""
+    if name in SYNTHETIC_SHAPES:
+        return None
+    if name not in _SOURCES:
+        raise ValueError(f"name must be one of {', '.join(DATASETS)}, got {name!r}")
+    digest = hashlib.sha256()
+    for path in sorted(_find_files(name, root, download)[1].values()):
+        content = path.read_bytes()
+        digest.update(f"{path.name}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()
 
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False, seed: int = 0) -> ImageDataset:

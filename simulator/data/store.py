@@ -22,7 +22,7 @@ import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from simulator.data.datasets import scenario_dataset
+from simulator.data.datasets import files_digest, scenario_dataset
 from simulator.data.image_dataset import ImageDataset
 from simulator.data.partition import Partition, build_partition
 
@@ -145,12 +145,16 @@ def cached_partition_dir(cache_root: Path, key: dict) -> Path:
 
 
 def prepare_partition(scenario: Mapping[str, Any]) -> Path:
-    """The client partition on disk (Arrow files, cached by dataset, partition, population, seed)."""
+    """The client partition on disk (Arrow files, cached by dataset and its files' contents, partition,
+    population, seed)."""
     data_cfg = scenario["dataset"]
     key = {"dataset": data_cfg["name"], "root": data_cfg["root"], "partition": scenario["partition"],
            "num_clients": scenario["population"]["num_clients"], "seed": scenario["seed"], "format": 2}
     if data_cfg.get("train_subset") is not None:
         key["train_subset"] = data_cfg["train_subset"]
+    files = files_digest(data_cfg["name"], data_cfg["root"], data_cfg["download"])
+    if files is not None:  # other file contents under the same root are another entry
+        key["files_sha256"] = files
     directory = cached_partition_dir(Path(data_cfg["cache_dir"]).expanduser() / "partitions", key)
     if not (directory / "meta.json").exists():
         dataset = scenario_dataset(data_cfg, scenario["seed"])
