@@ -157,7 +157,8 @@ def _members_by_class(classes: np.ndarray, rng: np.random.Generator) -> list[np.
 
 def _classes_per_client_owners(classes: np.ndarray, num_clients: int, k: int,
                                rng: np.random.Generator) -> np.ndarray:
-    """Pathological split: client i holds classes perm[i*k : (i+1)*k] (cyclically), each class shared evenly."""
+    """Pathological split: client i holds classes perm[i*k : (i+1)*k] (cyclically), each class shared evenly
+    (every holder of a class gets at least one of its samples, or ClientCountError)."""
     num_classes = classes.max() + 1
     if num_clients * k < num_classes:
         raise ValueError(f"num_clients * k must be at least the number of classes ({num_classes}) so that every "
@@ -167,6 +168,11 @@ def _classes_per_client_owners(classes: np.ndarray, num_clients: int, k: int,
     owners = np.empty(len(classes), dtype=np.int64)
     for cls, class_members in enumerate(_members_by_class(classes, rng)):
         holders = slot_clients[slot_classes == cls]
+        if len(class_members) < len(holders):  # a holder would get none of it: fewer than k classes
+            raise ClientCountError(
+                f"num_clients must be small enough that each client holds a sample of each of its k = {k} "
+                f"classes, got {num_clients}: class {cls} has {len(class_members)} samples for {len(holders)} "
+                f"clients; use fewer clients or a smaller partition.k")
         owners[class_members] = holders[np.arange(len(class_members)) * len(holders) // len(class_members)]
     return owners
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.data.partition import (DIRICHLET_FILLS, PARTITION_KINDS, Partition, _client_class_counts,
-                                      _random_order_counts, _rotations,
+from simulator.data.partition import (DIRICHLET_FILLS, PARTITION_KINDS, ClientCountError, Partition,
+                                      _client_class_counts, _random_order_counts, _rotations,
                                       build_partition, make_partition)
 from simulator.scenario import load_scenario
 
@@ -209,8 +209,19 @@ def test_bad_arguments_raise_value_error(arguments, message):
 
 def test_too_many_clients_for_tiny_classes_raises():
     labels = np.array([0] * 10 + [1])  # class 1 has one sample but would be shared by several clients
-    with pytest.raises(ValueError, match="no client is empty"):
+    with pytest.raises(ClientCountError, match="class 1 has 1 samples for 3 clients"):
         make_partition("classes_per_client", labels, 6, seed=0, k=1)
+
+
+def test_a_client_never_holds_fewer_than_k_classes():
+    """Each of 4 clients holds both classes (k = 2), but class 1 has 2 samples: two clients would hold
+    class 0 alone, not empty, silently below the k asked for; refused, naming the class and the count."""
+    labels = np.array([0] * 100 + [1] * 2)
+    with pytest.raises(ClientCountError, match=r"each of its k = 2 classes, got 4: class 1 has 2 samples for 4 "
+                                               r"clients; use fewer clients or a smaller partition.k"):
+        make_partition("classes_per_client", labels, 4, seed=0, k=2)
+    partition = make_partition("classes_per_client", np.array([0] * 100 + [1] * 4), 4, seed=0, k=2)
+    assert all(sorted(np.unique(np.array([0] * 100 + [1] * 4)[i])) == [0, 1] for i in partition.indices)
 
 
 def test_a_scenario_partition_deals_by_its_fill():
