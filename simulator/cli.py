@@ -407,8 +407,8 @@ def check_before_running(scenario: dict, source: str) -> dict[str, float]:
     """Fail early if the data or the partition cannot be had (DatasetUnavailable; ScenarioError
     under ``partition``), if a method setting does not fit the data (ScenarioError under
     ``method.KEY``, e.g. Hetero-SSFL's RAD larger than the test images left to it), or if the run's
-    own Ray instance could never place its worker actors (ScenarioError under ``ray.num_workers`` or
-    ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`). Returns the partition's
+    own Ray instance could never place its worker actors (ScenarioError under ``ray.num_workers``,
+    ``ray.worker.num_gpus`` or ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`). Returns the partition's
     heterogeneity (:meth:`simulator.data.partition.Partition.heterogeneity`)."""
     from methods import METHODS
     from methods.base import ParamError
@@ -421,8 +421,7 @@ def check_before_running(scenario: dict, source: str) -> dict[str, float]:
         if (unreachable := unreachable_address(scenario)) is not None:
             raise ScenarioError(source, "ray.address", unreachable)
         if (no_room := own_instance_room(scenario)) is not None:
-            raise ScenarioError(source, "ray.worker_pools" if scenario["ray"]["worker_pools"] else "ray.num_workers",
-                                no_room)
+            raise ScenarioError(source, *no_room)
     try:
         method = METHODS[scenario["method"]["name"]]
         method.check_data(method.Params.from_config(scenario["method"]), HeldOutImages.of(scenario))

@@ -105,11 +105,13 @@ def unreachable_address(scenario: dict, timeout: float = 5.0) -> str | None:
     return None
 
 
-def own_instance_room(scenario: dict) -> str | None:
+def own_instance_room(scenario: dict) -> tuple[str, str] | None:
     """Where a Ray run would start a local Ray instance of its own (no ``ray.address``, no
     ``$RAY_ADDRESS``, this process not connected), why its worker actors could never all be placed
-    there, in a line; else None. An actor that finds no CPUs left waits for them, and its share with
-    it: without ``ray.share_timeout_seconds`` the run would wait for ever."""
+    there: the scenario key to change (``ray.worker_pools`` where set, else ``ray.num_workers`` for
+    CPUs, ``ray.worker.num_gpus`` for GPUs) and a line; else None. An actor that finds no CPUs left
+    waits for them, and its share with it: without ``ray.share_timeout_seconds`` the run would wait
+    for ever."""
     if scenario["ray"]["address"] or os.environ.get("RAY_ADDRESS") or ray.is_initialized():
         return None
     from ray._private.utils import get_num_cpus  # the CPUs ray.init gives a local instance by default
@@ -119,7 +121,9 @@ def own_instance_room(scenario: dict) -> str | None:
     short = next((kind for kind in needed if needed[kind] > here[kind]), None)
     if short is None:
         return None
-    return (f"expected worker actors that fit the {here[short]} {short} of this machine (the run starts a Ray "
+    key = ("ray.worker_pools" if scenario["ray"]["worker_pools"]
+           else "ray.num_workers" if short == "CPUs" else "ray.worker.num_gpus")
+    return key, (f"expected worker actors that fit the {here[short]} {short} of this machine (the run starts a Ray "
             f"instance of its own), got actors holding {needed[short]:g} {short} for the whole run (the driver's "
             f"own slot holds none); fewer workers or {short} a worker, or a cluster's ray.address")
 

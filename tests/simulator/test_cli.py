@@ -206,7 +206,10 @@ def test_worker_actors_a_run_s_own_ray_instance_cannot_place_are_one_line_before
     on_gpus = write(tmp_path, {**synthetic_raw, "ray": {"num_workers": 2, "worker": {"num_cpus": 1,
                                                                                     "num_gpus": float(gpus + 1)}}})
     assert main(["validate", str(on_gpus)]) == 2
-    assert f"expected worker actors that fit the {gpus} GPUs of this machine" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(f"fedssl: error: {on_gpus}: ray.worker.num_gpus: expected worker "
+                                              f"actors that fit the {gpus} GPUs of this machine")
+    assert main(["validate", str(on_gpus), "--set", f"ray.worker.num_gpus={gpus + 1}"]) == 2  # named as --set's
+    assert capsys.readouterr().err.startswith("fedssl: error: --set: ray.worker.num_gpus: expected worker actors")
     assert not out.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
     pools = write(tmp_path, {**synthetic_raw, "ray": {"worker_pools": [{"name": "big", "count": 2, "num_cpus": cpus,
                                                                         "num_gpus": 0.0}], "driver_simulates": False}})
