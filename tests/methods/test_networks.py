@@ -55,3 +55,77 @@ def test_networks_built_in_threads_at_once_are_those_built_one_by_one(synthetic_
         thread.join()
     differing = [key for key, value in alone.items() if not torch.equal(value, at_once[key])]
     assert not differing, f"built differently beside another thread: {differing}"
+
+
+def test_the_networks_are_drawn_from_the_seed_encoder_first_then_the_heads(synthetic_raw):
+    """``build_networks(seed)`` is torch's generator seeded with ``seed``, the encoder drawn first and
+    the objective's heads (BYOL: projector, predictor) after it from the same stream: a run's
+    initial weights, and with them its results, are fixed by its init seed alone."""
+    from simulator.models import build_encoder
+    objective, scenario, spec = objective_and_spec(synthetic_raw)
+    online, _ = build_networks(objective, scenario, spec, 5, encoder="small_cnn")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        expected = objective.build(build_encoder("small_cnn", spec.channels, spec.image_size, scenario["model"]["norm"]))
+    assert list(online) == ["encoder", "projector", "predictor"]
+    got, want = online.state_dict(), expected.state_dict()
+    assert list(got) == list(want)
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+
+
+def test_byol_s_target_is_a_frozen_copy_of_the_online_encoder_and_projector(synthetic_raw):
+    """The EMA target starts equal to the online encoder and projector (no predictor: Grill et al.
+    2020, section 3.1), holds its own tensors (an EMA update of one must not move the other) and takes
+    no gradient; the online networks all do."""
+    objective, scenario, spec = objective_and_spec(synthetic_raw)
+    online, target = build_networks(objective, scenario, spec, 3)
+    assert list(target) == ["encoder", "projector"]
+    for name, value in target.state_dict().items():
+        assert torch.equal(value, online.state_dict()[name]), name
+        assert value.data_ptr() != online.state_dict()[name].data_ptr(), name
+    assert all(not p.requires_grad for p in target.parameters())
+    assert all(p.requires_grad for p in online.parameters())
+    with torch.no_grad():
+        next(online["encoder"].parameters()).add_(1.0)
+    assert not torch.equal(next(online["encoder"].parameters()), next(target["encoder"].parameters()))
+
+
+class LinearExtension:
+    """A stand-in extension adding a 3-way linear head on the features."""
+
+    def add_networks(self, online, feature_dim):
+        online["extra_head"] = torch.nn.Linear(feature_dim, 3)
+
+
+def test_an_extension_s_networks_are_drawn_from_the_seed_too(synthetic_raw):
+    """Extensions' heads (UV's projector, the label classifier) are drawn after the objective's from
+    the same seeded stream: fixed by the seed whatever torch's global generator holds, which they leave
+    as it was."""
+    objective, scenario, spec = objective_and_spec(synthetic_raw)
+
+    def head(global_seed):
+        torch.manual_seed(global_seed)
+        before = torch.get_rng_state()
+        online, _ = build_networks(objective, scenario, spec, 4, extensions=[LinearExtension()])
+        assert torch.equal(torch.get_rng_state(), before)
+        return online["extra_head"].weight.detach().clone()
+
+    assert torch.equal(head(0), head(1))
+
+
+def test_a_workspace_draws_the_first_view_with_t_and_the_second_with_t_prime(synthetic_raw):
+    """``views`` = (T, T'): the workspace's ``augment`` is the first, ``augment_prime`` the second, and
+    its slots are the networks' own tensors (restoring a client's weights writes into the networks)."""
+    from methods.networks import make_workspace
+    from simulator.augment import AugmentConfig
+    objective, scenario, spec = objective_and_spec(synthetic_raw)
+    online, target = build_networks(objective, scenario, spec, 1)
+    first, second = AugmentConfig(flip_prob=0.0), AugmentConfig(flip_prob=1.0)
+    workspace = make_workspace(online, target, (first, second), torch.device("cpu"))
+    assert workspace.augment.config is first and workspace.augment_prime.config is second
+    assert workspace.online is online and workspace.target is target
+    slot = workspace.slots["online.encoder.features.0.0.weight"]
+    slot.zero_()
+    assert online["encoder"].features[0][0].weight.abs().sum() == 0
+    assert "target.projector.0.weight" in workspace.slots
