@@ -299,3 +299,18 @@ def test_a_rounds_client_metric_is_meaned_in_client_order_whatever_the_shares():
         metrics = Server(TwoPasses()).aggregate(ctx, [result(share) for share in shares])
         assert metrics["train/loss"] == 0.5, shares
         assert metrics["clients/completed"] == 4
+
+
+def test_only_a_worker_with_a_gpu_share_runs_on_cuda(monkeypatch):
+    """On a machine with a GPU, a pool of ``num_gpus: 0`` (e.g. CPU workers beside GPU ones) stays on
+    the CPU and leaves torch's CUDA switches alone; any fraction of a GPU runs on it; without a GPU
+    every worker is on the CPU."""
+    import simulator.federation as federation
+    switched = []
+    monkeypatch.setattr(federation, "cuda_determinism", switched.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    scenario = {"ray": {"cuda_deterministic": True}}
+    assert federation.prepare_worker_device(0, scenario) == torch.device("cpu") and switched == []
+    assert federation.prepare_worker_device(0.25, scenario) == torch.device("cuda") and switched == [True]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert federation.worker_device(1.0) == torch.device("cpu")
