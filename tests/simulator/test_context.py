@@ -52,3 +52,11 @@ def test_context_and_hparams_are_frozen():
 def test_progress_is_the_fraction_of_rounds_done_before_this_one(round_, num_rounds, progress):
     ctx = RoundContext(round=round_, num_rounds=num_rounds, cohort=(0,), seed=0, hparams=freeze({}))
     assert ctx.progress == progress
+
+
+def test_a_context_is_a_training_pass_with_nobody_unreported_unless_told():
+    """The defaults a single-pass method's rounds and the tests rely on: ``phase`` "train" (the server
+    counts the broadcast's bytes in a method's first pass, and FedAvg's only pass is "train"),
+    ``unreported`` empty."""
+    ctx = RoundContext(round=2, num_rounds=4, cohort=(0, 3), seed=1, hparams=freeze({}))
+    assert ctx.phase == "train" and ctx.unreported == ()
