@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from analysis.run_diff import logged_values
+from simulator.context import RoundContext
 from simulator.run import run_scenario
 from simulator.runlog import read_metrics
 from simulator.scenario import resolve
@@ -121,3 +122,99 @@ def test_evaluations_leave_the_training_as_it_is(synthetic_raw, tmp_path):
     peaks = summaries["never"]["peak_memory_mb"]
     assert peaks["driver"] > 0 and peaks["server"] == peaks["evaluator"] == peaks["workers"] == 0
     assert summaries["never"]["worker_nodes"] == 1
+
+
+class Recording:
+    """A stand-in method of one pass whose broadcast is the server's own tensor: each client records
+    (its workspace, torch's thread count, the broadcast's sum, the state it was given), then writes
+    into the broadcast it received, and keeps its round as its state."""
+    name = "recording"
+
+    def __init__(self):
+        self.seen = {}
+
+    def phases(self, round_index):
+        return ("train",)
+
+    def client_pool(self, cid):
+        return "big" if cid >= 10 else None
+
+    def init_state(self):
+        return {"w": torch.zeros(5)}
+
+    def broadcast(self, state, ctx):
+        return {"weights": state["w"]}
+
+    def client_extra(self, state, cid, ctx):
+        return None
+
+    def client_update(self, workspace, broadcast, extra, data, ctx, state):
+        from methods.base import ClientUpload
+        from simulator.stats import Stats
+        self.seen[ctx.round, data.client_id] = (workspace, torch.get_num_threads(),
+                                                float(broadcast["weights"].sum()), state)
+        broadcast["weights"] += 1.0
+        return ClientUpload(stats=Stats.from_tensors({"w/x": torch.ones(2)}, len(data.labels)),
+                            client_state={"round": ctx.round})
+
+    def server_update(self, state, total, records, ctx):
+        return state, {}
+
+
+def stand_in_federation(tmp_path):
+    """An in-process federation around :class:`Recording`: pools ``default`` (1 worker, 1 CPU) and
+    ``big`` (1 worker, 2 CPUs, clients 10 and up), clients of 3 samples, a client-state store."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from simulator.client_store import ClientStateStore
+    from simulator.federation import Server
+    from simulator.inprocess import InProcessFederation
+    pools = [{"name": "default", "count": 1, "num_cpus": 1, "num_gpus": 0.0},
+             {"name": "big", "count": 1, "num_cpus": 2, "num_gpus": 0.0}]
+    federation = InProcessFederation({"ray": {"worker_pools": pools}})
+    federation.method = Recording()
+    federation.server = Server(federation.method)
+    federation.spec = SimpleNamespace(client_sizes=np.full(12, 3))
+    federation.workspaces = {"default": "default's workspace", "big": "big's workspace"}
+    federation.reader = SimpleNamespace(client=lambda cid: (torch.zeros(3, 1, 4, 4), torch.zeros(3, dtype=torch.int64)))
+    federation.store = ClientStateStore(tmp_path / "states")
+    return federation
+
+
+def test_in_process_a_pool_s_share_runs_in_its_workspace_with_its_threads_on_its_own_broadcast(tmp_path):
+    """Clients 1, 2 (pool default) and 10 (pool big): each share in its pool's workspace with the
+    pool's ``num_cpus`` threads; each share gets its own copy of the broadcast, as a Ray worker gets
+    one from the object store, so a client writing into it moves neither the server's state nor
+    another share's copy."""
+    from simulator.context import freeze
+    federation = stand_in_federation(tmp_path)
+    hparams = freeze({"training": {"local_epochs": 1}})
+    metrics = federation.run_phase(RoundContext(1, 2, (1, 2, 10), 0, hparams))
+    seen = federation.method.seen
+    assert seen[1, 1][:3] == ("default's workspace", 1, 0.0) and seen[1, 10][:3] == ("big's workspace", 2, 0.0)
+    assert seen[1, 2][0] == "default's workspace"
+    assert torch.equal(federation.server.state["w"], torch.zeros(5))
+    assert metrics["clients/completed"] == 3 and metrics["bytes_down/weights"] == 3 * 20
+
+
+def test_in_process_a_client_s_state_is_committed_after_its_round(tmp_path):
+    """Stateful clients: a client's state from round 1 is the one it is given in round 2."""
+    from simulator.context import freeze
+    federation = stand_in_federation(tmp_path)
+    hparams = freeze({"training": {"local_epochs": 1}})
+    federation.run_phase(RoundContext(1, 3, (1, 10), 0, hparams))
+    federation.run_phase(RoundContext(2, 3, (1, 10), 0, hparams))
+    seen = federation.method.seen
+    assert seen[1, 1][3] is None and seen[2, 1][3] == {"round": 1} and seen[2, 10][3] == {"round": 1}
+
+
+def test_in_process_a_pass_nobody_reports_in_counts_what_the_online_clients_received(tmp_path):
+    """Every online client dropped out: nothing is simulated, and the broadcast to the 3 unreported
+    clients (3 x 20 bytes) is still counted, as the Ray engine counts it."""
+    from simulator.context import freeze
+    federation = stand_in_federation(tmp_path)
+    ctx = RoundContext(1, 2, (), 0, freeze({"training": {"local_epochs": 1}}), unreported=(3, 5, 11))
+    assert federation.run_phase(ctx) == {"clients/completed": 0.0, "bytes_down/weights": 60.0}
+    assert federation.method.seen == {}
