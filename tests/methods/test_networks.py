@@ -129,3 +129,18 @@ def test_a_workspace_draws_the_first_view_with_t_and_the_second_with_t_prime(syn
     slot.zero_()
     assert online["encoder"].features[0][0].weight.abs().sum() == 0
     assert "target.projector.0.weight" in workspace.slots
+
+
+def test_the_evaluated_global_network_is_the_states_encoder_and_projector(synthetic_raw):
+    """What the evaluation probes: the global online encoder and projector loaded from the state (not
+    the predictor, not the seed-0 initial weights it is built with)."""
+    from methods.networks import global_eval_network
+    from methods.weight_averaging import initial_state
+    objective, scenario, spec = objective_and_spec(synthetic_raw)
+    state = initial_state(*build_networks(objective, scenario, spec, 9))
+    network = global_eval_network(objective, scenario, spec, state)
+    assert list(network) == ["encoder", "projector"]
+    for name, value in network.state_dict().items():
+        assert torch.equal(value, state["weights"][f"online.{name}"]), name
+    assert not torch.equal(network.state_dict()["encoder.features.0.0.weight"],
+                           flat_state(*build_networks(objective, scenario, spec, 0))["online.encoder.features.0.0.weight"])
