@@ -314,3 +314,11 @@ def test_only_a_worker_with_a_gpu_share_runs_on_cuda(monkeypatch):
     assert federation.prepare_worker_device(0.25, scenario) == torch.device("cuda") and switched == [True]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert federation.worker_device(1.0) == torch.device("cpu")
+
+
+def test_only_a_failed_client_step_is_not_resumable():
+    """A resume replays a failed client step and would fail the same way; lost workers or a lost
+    server may have been passing causes."""
+    from simulator.federation import RunFailure, ServerFailure, WorkerFailure, WorkersLost
+    assert WorkerFailure.resumable is False
+    assert RunFailure.resumable and ServerFailure.resumable and WorkersLost.resumable
