@@ -160,6 +160,9 @@ class Recording:
     def server_update(self, state, total, records, ctx):
         return state, {}
 
+    def eval_networks(self, state, load_client_state):
+        return {"global": state["w"], "client_1": load_client_state(1), "client_7": load_client_state(7)}
+
 
 def stand_in_federation(tmp_path):
     """An in-process federation around :class:`Recording`: pools ``default`` (1 worker, 1 CPU) and
@@ -218,3 +221,16 @@ def test_in_process_a_pass_nobody_reports_in_counts_what_the_online_clients_rece
     ctx = RoundContext(1, 2, (), 0, freeze({"training": {"local_epochs": 1}}), unreported=(3, 5, 11))
     assert federation.run_phase(ctx) == {"clients/completed": 0.0, "bytes_down/weights": 60.0}
     assert federation.method.seen == {}
+
+
+def test_in_process_the_evaluated_networks_are_copies_read_with_the_stored_client_states(tmp_path):
+    """``networks_now``: what the method evaluates, with each client's committed state read from the
+    store (None for a client that never ran), as a copy: an evaluation that moves it (BatchNorm
+    statistics, fine-tuning) leaves the server's state as it was."""
+    from simulator.context import freeze
+    federation = stand_in_federation(tmp_path)
+    federation.run_phase(RoundContext(1, 2, (1, 10), 0, freeze({"training": {"local_epochs": 1}})))
+    networks = federation.networks_now()
+    assert networks["client_1"] == {"round": 1} and networks["client_7"] is None
+    networks["global"] += 1.0
+    assert torch.equal(federation.server.state["w"], torch.zeros(5))
