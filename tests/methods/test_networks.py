@@ -144,3 +144,15 @@ def test_the_evaluated_global_network_is_the_states_encoder_and_projector(synthe
         assert torch.equal(value, state["weights"][f"online.{name}"]), name
     assert not torch.equal(network.state_dict()["encoder.features.0.0.weight"],
                            flat_state(*build_networks(objective, scenario, spec, 0))["online.encoder.features.0.0.weight"])
+
+
+def test_a_build_takes_the_encoder_it_is_given_over_the_scenario_s(synthetic_raw):
+    """Hetero-SSFL builds each tier's client networks on the tier's encoder: ``encoder`` overrides
+    ``model.encoder`` (here small_cnn), which is the default."""
+    objective, scenario, spec = objective_and_spec(synthetic_raw)
+    assert scenario["model"]["encoder"] == "small_cnn"
+    large, _ = build_networks(objective, scenario, spec, 1, encoder="large_cnn")
+    default, _ = build_networks(objective, scenario, spec, 1)
+    assert len(large["encoder"].features) == 4 and large["encoder"].out_dim == 256
+    assert large["projector"][0].in_features == 256
+    assert len(default["encoder"].features) == 3 and default["encoder"].out_dim == 128
