@@ -322,3 +322,21 @@ def test_only_a_failed_client_step_is_not_resumable():
     from simulator.federation import RunFailure, ServerFailure, WorkerFailure, WorkersLost
     assert WorkerFailure.resumable is False
     assert RunFailure.resumable and ServerFailure.resumable and WorkersLost.resumable
+
+
+def test_a_client_without_extras_is_handed_none():
+    """Only the clients the server sent something of their own get it; the others get ``None`` (the
+    methods test ``extra is None``, e.g. FedSC for the correlation it shares)."""
+    handed = {}
+
+    class Extras(UploadsOf):
+        def client_update(self, workspace, broadcast, extra, data, ctx, state):
+            handed[data.client_id] = extra
+            return super().client_update(workspace, broadcast, extra, data, ctx, state)
+
+    from simulator.stats import Stats
+    ctx = RoundContext(1, 2, (4, 9), 0, freeze({}))
+    load = lambda cid: (torch.zeros(2, 1, 4, 4, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64))  # noqa: E731
+    uploads = {cid: Stats.from_tensors({"x": torch.ones(1)}, 2) for cid in (4, 9)}
+    simulate_clients(Extras(uploads), None, load, {}, {9: {"rad": torch.ones(3)}}, [4, 9], ctx)
+    assert handed[4] is None and torch.equal(handed[9]["rad"], torch.ones(3))
