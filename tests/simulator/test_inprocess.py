@@ -125,9 +125,10 @@ def test_evaluations_leave_the_training_as_it_is(synthetic_raw, tmp_path):
 
 
 class Recording:
-    """A stand-in method of one pass whose broadcast is the server's own tensor: each client records
-    (its workspace, torch's thread count, the broadcast's sum, the state it was given), then writes
-    into the broadcast it received, and keeps its round as its state."""
+    """A stand-in method of one pass whose broadcast, and client 2's extra, are the server's own
+    tensor: each client records (its workspace, torch's thread count, the broadcast's sum, the state
+    it was given), then writes into the broadcast and extra it received, and keeps its round as its
+    state."""
     name = "recording"
 
     def __init__(self):
@@ -146,7 +147,7 @@ class Recording:
         return {"weights": state["w"]}
 
     def client_extra(self, state, cid, ctx):
-        return None
+        return {"rad": state["w"]} if cid == 2 else None
 
     def client_update(self, workspace, broadcast, extra, data, ctx, state):
         from methods.base import ClientUpload
@@ -154,6 +155,8 @@ class Recording:
         self.seen[ctx.round, data.client_id] = (workspace, torch.get_num_threads(),
                                                 float(broadcast["weights"].sum()), state)
         broadcast["weights"] += 1.0
+        if extra is not None:
+            extra["rad"] += 1.0
         return ClientUpload(stats=Stats.from_tensors({"w/x": torch.ones(2)}, len(data.labels)),
                             client_state={"round": ctx.round})
 
@@ -190,7 +193,7 @@ def test_in_process_a_pool_s_share_runs_in_its_workspace_with_its_threads_on_its
     """Clients 1, 2 (pool default) and 10 (pool big): each share in its pool's workspace with the
     pool's ``num_cpus`` threads; each share gets its own copy of the broadcast, as a Ray worker gets
     one from the object store, so a client writing into it moves neither the server's state nor
-    another share's copy."""
+    another share's copy; so does client 2 with its extra."""
     from simulator.context import freeze
     federation = stand_in_federation(tmp_path)
     hparams = freeze({"training": {"local_epochs": 1}})
