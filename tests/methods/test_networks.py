@@ -116,14 +116,16 @@ def test_an_extension_s_networks_are_drawn_from_the_seed_too(synthetic_raw):
 
 def test_a_workspace_draws_the_first_view_with_t_and_the_second_with_t_prime(synthetic_raw):
     """``views`` = (T, T'): the workspace's ``augment`` is the first, ``augment_prime`` the second, and
-    its slots are the networks' own tensors (restoring a client's weights writes into the networks)."""
+    its slots are the networks' own tensors (restoring a client's weights writes into the networks),
+    and it holds the extensions' parts it is given."""
     from methods.networks import make_workspace
     from simulator.augment import AugmentConfig
     objective, scenario, spec = objective_and_spec(synthetic_raw)
     online, target = build_networks(objective, scenario, spec, 1)
     first, second = AugmentConfig(flip_prob=0.0), AugmentConfig(flip_prob=1.0)
-    workspace = make_workspace(online, target, (first, second), torch.device("cpu"))
+    workspace = make_workspace(online, target, (first, second), torch.device("cpu"), {"uv": "its part"})
     assert workspace.augment.config is first and workspace.augment_prime.config is second
+    assert workspace.parts == {"uv": "its part"}  # extensions' client-side modules
     assert workspace.online is online and workspace.target is target
     slot = workspace.slots["online.encoder.features.0.0.weight"]
     slot.zero_()
