@@ -60,3 +60,17 @@ def test_a_context_is_a_training_pass_with_nobody_unreported_unless_told():
     ``unreported`` empty."""
     ctx = RoundContext(round=2, num_rounds=4, cohort=(0, 3), seed=1, hparams=freeze({}))
     assert ctx.phase == "train" and ctx.unreported == ()
+
+
+def test_a_client_s_stream_is_seeded_by_the_digest_of_seed_round_client_and_stream_in_that_order():
+    """Every run's client randomness comes from this seed: the blake2b digest (8 bytes, little-endian,
+    halved to 63 bits) of ``repr((seed, round, client, stream))``; reordering the parts would give
+    every scenario other numbers."""
+    import hashlib
+    ctx = RoundContext(round=3, num_rounds=10, cohort=(2,), seed=7, hparams=freeze({}))
+    for stream in ("train", "correlation"):
+        digest = hashlib.blake2b(repr((7, 3, 2, stream)).encode(), digest_size=8).digest()
+        seed = int.from_bytes(digest, "little") >> 1
+        assert ctx.client_seed(2, stream) == seed
+        assert torch.equal(torch.rand(4, generator=ctx.client_generator(2, stream)),
+                           torch.rand(4, generator=torch.Generator().manual_seed(seed)))
