@@ -20,7 +20,8 @@ def derive_seed(*parts: int | float | str) -> int:
 
 
 def freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A read-only deep view of a nested mapping."""
+    """A read-only view of a nested mapping and of the mappings nested in it (a list value, such as
+    ``augment.crop_scale``, is the scenario's own list: read it, never write it)."""
     return MappingProxyType({k: freeze(v) if isinstance(v, Mapping) else v
                              for k, v in mapping.items()})
 
