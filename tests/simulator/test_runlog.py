@@ -414,3 +414,18 @@ def test_a_state_mismatch_names_the_first_tensor_of_another_shape_and_compares_o
     assert runlog.state_mismatch(expected, found) is None
     found["rows"][0] = torch.zeros(2)
     assert runlog.state_mismatch(expected, found) == ("state.rows[0]", "expected a tensor of shape [1], got [2]")
+
+
+def test_a_file_being_written_is_not_seen_under_its_name_pattern_nor_in_another_directory(tmp_path):
+    """The temporary is a hidden sibling: the globs that gather a run's files (the client-state store's
+    ``client_*.pt``, the checkpoints' ``round_*``) never take a file still being written, or left by a
+    killed write, and the rename stays within one file system."""
+    path = tmp_path / "client_000001.pt"
+    path.write_bytes(b"old")
+    seen = []
+
+    def write(p):
+        p.write_bytes(b"new")
+        seen.append((p.parent, sorted(tmp_path.glob("client_*.pt")), sorted(tmp_path.glob("*.pt"))))
+    runlog.atomic_write(path, write)
+    assert seen == [(tmp_path, [path], [path])] and path.read_bytes() == b"new"
