@@ -429,3 +429,10 @@ def test_a_file_being_written_is_not_seen_under_its_name_pattern_nor_in_another_
         seen.append((p.parent, sorted(tmp_path.glob("client_*.pt")), sorted(tmp_path.glob("*.pt"))))
     runlog.atomic_write(path, write)
     assert seen == [(tmp_path, [path], [path])] and path.read_bytes() == b"new"
+
+
+def test_a_name_too_long_in_bytes_is_refused_though_short_in_characters(tmp_path):
+    """The limit is the file system's, in bytes: 128 two-byte characters are 256 bytes, too long."""
+    with pytest.raises(FileExistsError, match=r"--out: a name of 256 bytes \(é{20}\.\.\.\); expected at most 255"):
+        runlog.check_out(tmp_path / ("é" * 128))
+    runlog.check_out(tmp_path / ("é" * 127 + "n"))  # 255 bytes
