@@ -436,3 +436,18 @@ def test_a_name_too_long_in_bytes_is_refused_though_short_in_characters(tmp_path
     with pytest.raises(FileExistsError, match=r"--out: a name of 256 bytes \(é{20}\.\.\.\); expected at most 255"):
         runlog.check_out(tmp_path / ("é" * 128))
     runlog.check_out(tmp_path / ("é" * 127 + "n"))  # 255 bytes
+
+
+def test_a_run_started_before_the_trace_digest_was_written_resumes_unchecked(tmp_path):
+    """A run directory without ``availability_trace.sha256`` (older runs) or a scenario without a trace
+    passes; with the digest, the same trace passes and another is refused."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("round,client\n0,0\n")
+    scenario = {"population": {"availability_trace": str(trace)}}
+    runlog.check_trace_unchanged(tmp_path, scenario)  # no digest recorded
+    runlog.check_trace_unchanged(tmp_path, {"population": {"availability_trace": None}})
+    (tmp_path / runlog.TRACE_DIGEST).write_text(runlog.trace_digest(str(trace)) + "\n")
+    runlog.check_trace_unchanged(tmp_path, scenario)
+    trace.write_text("round,client\n0,1\n")
+    with pytest.raises(ScenarioError, match="is not the trace the run started with"):
+        runlog.check_trace_unchanged(tmp_path, scenario)
