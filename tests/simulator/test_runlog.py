@@ -451,3 +451,15 @@ def test_a_run_started_before_the_trace_digest_was_written_resumes_unchecked(tmp
     trace.write_text("round,client\n0,1\n")
     with pytest.raises(ScenarioError, match="is not the trace the run started with"):
         runlog.check_trace_unchanged(tmp_path, scenario)
+
+
+def test_the_metrics_wall_seconds_count_from_the_runs_start(tmp_path):
+    """``wall_seconds``: the time since the run's start (``start``; a resumed run's is moved back by the
+    time its sessions took before), not a clock reading."""
+    before = time.time()
+    log = runlog.RunLog(tmp_path, before - 100.0)
+    log.log(1, {"x": 1.0})
+    log.close()
+    after = time.time()
+    [wall] = pq.read_table(tmp_path / "metrics.parquet").column("wall_seconds").to_pylist()
+    assert 100.0 <= wall <= 100.0 + (after - before)
