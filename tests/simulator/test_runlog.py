@@ -463,3 +463,33 @@ def test_the_metrics_wall_seconds_count_from_the_runs_start(tmp_path):
     after = time.time()
     [wall] = pq.read_table(tmp_path / "metrics.parquet").column("wall_seconds").to_pylist()
     assert 100.0 <= wall <= 100.0 + (after - before)
+
+
+def test_a_metrics_table_or_summary_whose_write_fails_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    """A write cut off (a full disk, a killed process) never leaves a torn ``metrics.parquet`` or
+    ``summary.json``: the previous file stays as it was."""
+    log = runlog.RunLog(tmp_path, time.time())
+    log.log(1, {"x": 1.0})
+    log.flush()
+    runlog.write_summary(tmp_path, {"rounds": 1})
+    metrics, summary = (tmp_path / "metrics.parquet").read_bytes(), (tmp_path / "summary.json").read_bytes()
+    write_table = pq.write_table
+
+    def half_a_table(table, where):
+        write_table(table, where)
+        Path(where).write_bytes(Path(where).read_bytes()[:40])
+        raise OSError("disk full")
+
+    def half_a_text(self, text, *args, **kwargs):
+        with open(self, "w") as file:
+            file.write(text[:5])
+        raise OSError("disk full")
+    monkeypatch.setattr(runlog.pq, "write_table", half_a_table)
+    monkeypatch.setattr(Path, "write_text", half_a_text)
+    log.log(2, {"x": 2.0})
+    with pytest.raises(OSError, match="disk full"):
+        log.flush()
+    with pytest.raises(OSError, match="disk full"):
+        runlog.write_summary(tmp_path, {"rounds": 2})
+    assert (tmp_path / "metrics.parquet").read_bytes() == metrics and (tmp_path / "summary.json").read_bytes() == summary
+    log.writer.close()
