@@ -493,3 +493,12 @@ def test_a_metrics_table_or_summary_whose_write_fails_midway_leaves_the_previous
         runlog.write_summary(tmp_path, {"rounds": 2})
     assert (tmp_path / "metrics.parquet").read_bytes() == metrics and (tmp_path / "summary.json").read_bytes() == summary
     log.writer.close()
+
+
+def test_a_checkpoint_without_its_round_is_refused(tmp_path):
+    checkpoint = tmp_path / "round_00001"
+    checkpoint.mkdir()
+    torch.save({"state": {"w": torch.zeros(2)}}, checkpoint / "state.pt")
+    with pytest.raises(ScenarioError, match=f"{re.escape(str(checkpoint / 'state.pt'))}: -: expected a checkpoint "
+                                            f"written by fedssl run \\(round and state\\)"):
+        runlog.read_checkpoint(checkpoint)
