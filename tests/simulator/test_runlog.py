@@ -502,3 +502,9 @@ def test_a_checkpoint_without_its_round_is_refused(tmp_path):
     with pytest.raises(ScenarioError, match=f"{re.escape(str(checkpoint / 'state.pt'))}: -: expected a checkpoint "
                                             f"written by fedssl run \\(round and state\\)"):
         runlog.read_checkpoint(checkpoint)
+
+
+def test_a_state_mismatch_compares_shapes_not_sizes():
+    """A tensor of the same number of elements in another shape (a layer's widths swapped) is a mismatch."""
+    assert runlog.state_mismatch({"w": torch.zeros(2, 3)}, {"w": torch.zeros(3, 2)}) == (
+        "state.w", "expected a tensor of shape [2, 3], got [3, 2]")
