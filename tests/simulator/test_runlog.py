@@ -508,3 +508,25 @@ def test_a_state_mismatch_compares_shapes_not_sizes():
     """A tensor of the same number of elements in another shape (a layer's widths swapped) is a mismatch."""
     assert runlog.state_mismatch({"w": torch.zeros(2, 3)}, {"w": torch.zeros(3, 2)}) == (
         "state.w", "expected a tensor of shape [2, 3], got [3, 2]")
+
+
+def test_a_checkpoint_write_killed_before_its_rename_leaves_the_previous_checkpoint_the_latest(tmp_path, monkeypatch):
+    """A run stopped at once while it writes a checkpoint (a second Ctrl-C, a kill) leaves its temporary
+    directory, never a checkpoint: the newest whole one is still found, and the next write of the same
+    process (a resume whose process has the same id, as in a container) succeeds and rotates as before."""
+    store = tmp_path / "store"
+    store.mkdir()
+    torch.save({"client": 1}, store / "client_000001.pt")
+    runlog.write_checkpoint(tmp_path, 2, {"state": 2}, client_state_dir=store)
+
+    def killed(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runlog.os, "rename", killed)
+    with pytest.raises(KeyboardInterrupt):
+        runlog.write_checkpoint(tmp_path, 4, {"state": 4}, client_state_dir=store)
+    monkeypatch.undo()
+    assert runlog.latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "round_00002"
+    for round_index in (4, 6):
+        runlog.write_checkpoint(tmp_path, round_index, {"state": round_index}, client_state_dir=store)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("round_*")) == ["round_00004", "round_00006"]
+    assert runlog.read_checkpoint(runlog.latest_checkpoint(tmp_path))["state"] == 6
