@@ -530,3 +530,12 @@ def test_a_checkpoint_write_killed_before_its_rename_leaves_the_previous_checkpo
         runlog.write_checkpoint(tmp_path, round_index, {"state": round_index}, client_state_dir=store)
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("round_*")) == ["round_00004", "round_00006"]
     assert runlog.read_checkpoint(runlog.latest_checkpoint(tmp_path))["state"] == 6
+
+
+def test_the_first_damaged_client_state_is_named_by_client(tmp_path):
+    """Of several damaged client states, the one of the lowest client id is named, whatever the listing order."""
+    (tmp_path / "client_state").mkdir()
+    for cid in (3, 1, 2):
+        (tmp_path / "client_state" / f"client_{cid:06d}.pt").write_bytes(b"")
+    with pytest.raises(ScenarioError, match=re.escape(str(tmp_path / "client_state" / "client_000001.pt"))):
+        runlog.check_client_states(tmp_path)
