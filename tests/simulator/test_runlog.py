@@ -539,3 +539,13 @@ def test_the_first_damaged_client_state_is_named_by_client(tmp_path):
         (tmp_path / "client_state" / f"client_{cid:06d}.pt").write_bytes(b"")
     with pytest.raises(ScenarioError, match=re.escape(str(tmp_path / "client_state" / "client_000001.pt"))):
         runlog.check_client_states(tmp_path)
+
+
+def test_a_client_state_is_read_as_the_full_pickle_its_method_kept(tmp_path):
+    """Client states are whatever a method keeps (not only tensors): ``fedssl evaluate`` reads a
+    checkpoint's as the store does."""
+    import numpy as np
+    (tmp_path / "client_state").mkdir()
+    torch.save({"weights": torch.ones(2), "stats": np.arange(3)}, tmp_path / "client_state" / "client_000004.pt")
+    state = runlog.read_client_state(tmp_path, 4)
+    assert state["weights"].tolist() == [1.0, 1.0] and state["stats"].tolist() == [0, 1, 2]
