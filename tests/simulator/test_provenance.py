@@ -51,3 +51,10 @@ def test_outside_a_checkout_or_below_its_top_only_the_package_version(tmp_path):
 def test_this_repository_is_named_by_its_head():
     head = git(ROOT, "rev-parse", "--short=12", "HEAD")
     assert code_version().startswith(f"fedssl {package_version()}, git {head}")
+
+
+def test_a_checkout_without_a_commit_names_only_the_package_version(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "simulator").mkdir()
+    (tmp_path / "simulator" / "run.py").write_text("# new\n")
+    assert code_version(tmp_path) == f"fedssl {package_version()}"
