@@ -58,3 +58,21 @@ def test_a_checkout_without_a_commit_names_only_the_package_version(tmp_path):
     (tmp_path / "simulator").mkdir()
     (tmp_path / "simulator" / "run.py").write_text("# new\n")
     assert code_version(tmp_path) == f"fedssl {package_version()}"
+
+
+def test_a_staged_or_deleted_change_to_the_code_is_modified_too(tmp_path):
+    """``+modified`` is the code against the commit: a change added to the index but not committed, a
+    tracked file deleted, or one in a subdirectory of ``simulator/`` counts as a change in the worktree does."""
+    (tmp_path / "simulator" / "evaluation").mkdir(parents=True)
+    (tmp_path / "simulator" / "evaluation" / "knn.py").write_text("# knn\n")
+    commit = checkout(tmp_path)
+    modified = f"fedssl {package_version()}, git {commit}+modified"
+    (tmp_path / "methods" / "fedsc.py").write_text("changed\n")
+    git(tmp_path, "add", "methods/fedsc.py")
+    assert code_version(tmp_path) == modified
+    git(tmp_path, "reset", "-q", "--hard")
+    (tmp_path / "simulator" / "run.py").unlink()
+    assert code_version(tmp_path) == modified
+    git(tmp_path, "reset", "-q", "--hard")
+    (tmp_path / "simulator" / "evaluation" / "knn.py").write_text("changed\n")
+    assert code_version(tmp_path) == modified
