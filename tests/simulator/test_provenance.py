@@ -76,3 +76,11 @@ def test_a_staged_or_deleted_change_to_the_code_is_modified_too(tmp_path):
     git(tmp_path, "reset", "-q", "--hard")
     (tmp_path / "simulator" / "evaluation" / "knn.py").write_text("changed\n")
     assert code_version(tmp_path) == modified
+
+
+def test_a_checkout_owned_by_another_user_still_names_its_commit(tmp_path, monkeypatch):
+    """A run under another account than the checkout's owner (a container's root over a mounted tree, a
+    shared install): git refuses such a repository unless told it is safe, and the commit would be lost."""
+    commit = checkout(tmp_path)
+    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")  # git's own switch for testing this check
+    assert code_version(tmp_path) == f"fedssl {package_version()}, git {commit}"
