@@ -84,3 +84,10 @@ def test_on_a_terminal_the_line_is_rewritten_in_place_and_the_last_one_ends_the_
         progress.show(r, {"train/loss": 1.0, "time/round_seconds": 5.0}, {})
     assert capsys.readouterr().err == ("\rround 1/2  loss 1.0000  5.00 s/round  elapsed 5s  eta 5s"
                                        "\rround 2/2  loss 1.0000  5.00 s/round  elapsed 10s\n")
+
+
+def test_a_run_without_progress_prints_nothing(capsys):
+    """``--quiet`` (and sweeps, claims): no line at all."""
+    Progress(2, enabled=False).show(1, {"train/loss": 1.0, "time/round_seconds": 5.0}, {"knn_top1": 0.5,
+                                                                                        "linear_top1": 0.5}, 1)
+    assert capsys.readouterr().err == ""
