@@ -91,3 +91,7 @@ def test_a_run_without_progress_prints_nothing(capsys):
     Progress(2, enabled=False).show(1, {"train/loss": 1.0, "time/round_seconds": 5.0}, {"knn_top1": 0.5,
                                                                                         "linear_top1": 0.5}, 1)
     assert capsys.readouterr().err == ""
+
+
+def test_an_hour_long_duration_never_shows_sixty_minutes():
+    assert [duration(s) for s in (3659, 10770, 10799, 10800)] == ["1h00m", "2h59m", "2h59m", "3h00m"]
