@@ -348,8 +348,8 @@ def check_client_states(checkpoint: Path) -> None:
             with zipfile.ZipFile(path) as archive:
                 damaged = archive.testzip()
             reason = None if damaged is None else f"its member {damaged} fails its CRC"
-        except (zipfile.BadZipFile, EOFError, ValueError) as err:  # truncated, overwritten, not an archive
-            reason = str(err)
+        except Exception as err:  # truncated, overwritten, not an archive; a garbled method or version
+            reason = unreadable(err)  # (NotImplementedError), offset (OSError: Invalid argument), ...
         if reason is not None:
             raise ScenarioError(str(path), "-", f"cannot be read ({reason}); expected a client state written by "
                                                 f"fedssl run")

@@ -549,3 +549,23 @@ def test_a_client_state_is_read_as_the_full_pickle_its_method_kept(tmp_path):
     torch.save({"weights": torch.ones(2), "stats": np.arange(3)}, tmp_path / "client_state" / "client_000004.pt")
     state = runlog.read_client_state(tmp_path, 4)
     assert state["weights"].tolist() == [1.0, 1.0] and state["stats"].tolist() == [0, 1, 2]
+
+
+def test_a_client_state_damaged_in_its_archive_directory_is_an_error_naming_it_not_a_traceback(tmp_path):
+    """Damage in the zip's directory fails in other ways than a bad CRC: a garbled compression method
+    (NotImplementedError), bytes lost in the middle, which moves every offset (OSError: Invalid argument).
+    ``fedssl run --resume`` checks the files before anything starts: one line naming the file."""
+    import struct
+    (tmp_path / "client_state").mkdir()
+    client = tmp_path / "client_state" / "client_000001.pt"
+    torch.save({"weights": torch.arange(500.0)}, client)
+    whole = client.read_bytes()
+    directory = whole.index(b"PK\x01\x02")  # the first entry of the archive's central directory
+    method = whole[:directory + 10] + struct.pack("<H", 99) + whole[directory + 12:]
+    for damaged, reason in ((method, "That compression method is not supported"),
+                            (whole[:1500] + whole[1600:], "[Errno 22] Invalid argument")):
+        client.write_bytes(damaged)
+        with pytest.raises(ScenarioError) as err:
+            runlog.check_client_states(tmp_path)
+        assert str(err.value) == (f"{client}: -: cannot be read ({reason}); expected a client state written by "
+                                  f"fedssl run")
