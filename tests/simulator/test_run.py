@@ -3,6 +3,7 @@ evaluations, a resumed run's times and TensorBoard steps, a resume that starts o
 lost parameter server; in-process (bitwise the Ray run: tests/simulator/test_inprocess.py)."""
 import contextlib
 import io
+import re
 import shutil
 
 import pytest
@@ -146,6 +147,22 @@ def test_a_resumed_run_counts_its_first_sessions_time_and_keeps_its_start_up_tim
     _, summary = resumed_run
     assert summary["wall_seconds"] > 1000.0
     assert summary["seconds_to_end_of_round_1"] == 7.5 and summary["seconds_from_launch_to_end_of_round_1"] == 12.5
+
+
+def test_a_resumed_runs_progress_lines_count_its_first_sessions_time(tmp_path, capsys):
+    """The resumed session's round lines show the run's elapsed time, its first session's 1000 s included."""
+    scenario = in_process(tiny_scenario(tmp_path), training={"rounds": 4}, eval={"enabled": False},
+                          output={"checkpoint_every": 2})
+    run_dir, _ = run_scenario(scenario, str(tmp_path / "run"), progress=False)
+    cut_after_round_4(run_dir)
+    state = run_dir / "checkpoints" / "round_00002" / "state.pt"
+    torch.save({**torch.load(state, weights_only=False), "elapsed": 1000.0}, state)
+    capsys.readouterr()
+    run_scenario(scenario, progress=True, resume_dir=str(run_dir))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("round ")]
+    assert [line.split("  ")[0] for line in lines] == ["round 3/4", "round 4/4"]
+    elapsed = [re.search(r"elapsed (\d+)m(\d\d)s", line).groups() for line in lines]
+    assert all(1000 <= 60 * int(m) + int(s) < 1600 for m, s in elapsed), lines
 
 
 def tensorboard_steps(run_dir, tag: str) -> list[int]:
