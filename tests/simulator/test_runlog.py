@@ -569,3 +569,13 @@ def test_a_client_state_damaged_in_its_archive_directory_is_an_error_naming_it_n
             runlog.check_client_states(tmp_path)
         assert str(err.value) == (f"{client}: -: cannot be read ({reason}); expected a client state written by "
                                   f"fedssl run")
+
+
+def test_metric_values_read_back_bit_for_bit(tmp_path):
+    """``metrics.parquet`` keeps each value as the float64 logged: runs compared bitwise (a resume, a
+    healed run against the fault-free one) compare these."""
+    values = {"a": 0.1 + 0.2, "b": 1 / 3, "c": 1e-300, "d": 123456789.123456789, "e": 7}
+    log = runlog.RunLog(tmp_path, time.time())
+    log.log(1, values)
+    log.close()
+    assert {row["name"]: row["value"] for row in runlog.read_metrics(tmp_path / "metrics.parquet")} == values
