@@ -579,3 +579,15 @@ def test_metric_values_read_back_bit_for_bit(tmp_path):
     log.log(1, values)
     log.close()
     assert {row["name"]: row["value"] for row in runlog.read_metrics(tmp_path / "metrics.parquet")} == values
+
+
+def test_a_scenario_write_that_fails_midway_leaves_no_scenario_file(tmp_path, monkeypatch):
+    """``scenario.yaml`` marks a run directory (check_run_dir): a write cut off leaves none, never a torn one."""
+    def half_a_text(self, text, *args, **kwargs):
+        with open(self, "w") as file:
+            file.write(text[:5])
+        raise OSError("disk full")
+    monkeypatch.setattr(Path, "write_text", half_a_text)
+    with pytest.raises(OSError, match="disk full"):
+        runlog.new_run_dir(str(tmp_path / "run"), {"name": "x", "seed": 1})
+    assert os.listdir(tmp_path / "run") == []
