@@ -344,22 +344,30 @@ def check_client_states(checkpoint: Path) -> None:
     (workers read the files later, one client at a time, where a damaged one would be a traceback)."""
     from simulator.scenario import ScenarioError
     for path in sorted((checkpoint / "client_state").glob("client_*.pt")):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                damaged = archive.testzip()
-            reason = None if damaged is None else f"its member {damaged} fails its CRC"
-        except Exception as err:  # truncated, overwritten, not an archive; a garbled method or version
-            reason = unreadable(err)  # (NotImplementedError), offset (OSError: Invalid argument), ...
-        if reason is not None:
+        if (reason := archive_damage(path)) is not None:
             raise ScenarioError(str(path), "-", f"cannot be read ({reason}); expected a client state written by "
                                                 f"fedssl run")
 
 
+def archive_damage(path: Path) -> str | None:
+    """Why the zip archive that ``torch.save`` wrote at ``path`` is not whole, on one line (a member
+    failing its CRC; a cut, overwritten or garbled archive), else None. ``torch.load`` checks no CRC:
+    a flipped byte inside a tensor loads as another number."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except Exception as err:  # truncated, overwritten, not an archive; a garbled method or version
+        return unreadable(err)  # (NotImplementedError), offset (OSError: Invalid argument), ...
+    return None if damaged is None else f"its member {' '.join(damaged.split())} fails its CRC"
+
+
 def read_checkpoint(checkpoint: Path) -> dict[str, Any]:
-    """The driver's payload in ``checkpoint/state.pt`` (:func:`write_checkpoint`), read as
-    :func:`load_written` reads."""
+    """The driver's payload in ``checkpoint/state.pt`` (:func:`write_checkpoint`), its archive checked
+    whole first (:func:`archive_damage`), read as :func:`load_written` reads."""
     from simulator.scenario import ScenarioError
     path = checkpoint / "state.pt"
+    if path.is_file() and (reason := archive_damage(path)) is not None:
+        raise ScenarioError(str(path), "-", f"cannot be read ({reason}); expected a checkpoint written by fedssl run")
     payload = load_written(path, "a checkpoint")
     if not isinstance(payload, dict) or not {"round", "state"} <= set(payload):
         raise ScenarioError(str(path), "-", "expected a checkpoint written by fedssl run (round and state)")
@@ -392,7 +400,8 @@ def write_checkpoint(run_dir: Path, round_index: int, payload: dict[str, Any],
     directory.mkdir(exist_ok=True)
     final = directory / f"round_{round_index:05d}"
     tmp = directory / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for leftover in directory.glob(".round_*.tmp-*"):  # of a write killed before its rename, by any process
+        shutil.rmtree(leftover, ignore_errors=True)
     tmp.mkdir()
     torch.save({"round": round_index, **payload}, tmp / "state.pt")
     if client_state_dir is not None and client_state_dir.exists():

@@ -532,6 +532,32 @@ def test_a_checkpoint_write_killed_before_its_rename_leaves_the_previous_checkpo
     assert runlog.read_checkpoint(runlog.latest_checkpoint(tmp_path))["state"] == 6
 
 
+def test_a_write_removes_the_temporary_directory_another_process_left(tmp_path):
+    """A checkpoint write killed before its rename (its process gone: a resume runs under another id)
+    leaves a hidden temporary holding a whole state.pt; the run's next write removes it."""
+    runlog.write_checkpoint(tmp_path, 2, {"state": 2})
+    leftover = tmp_path / "checkpoints" / f".round_00004.tmp-{os.getpid() + 1}"
+    leftover.mkdir()
+    torch.save({"round": 4, "state": 4}, leftover / "state.pt")
+    runlog.write_checkpoint(tmp_path, 4, {"state": 4})
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["round_00002", "round_00004"]
+
+
+def test_a_checkpoint_whose_tensor_bytes_changed_is_refused_not_resumed_from(tmp_path):
+    """torch.load checks no CRC: a flipped byte inside a tensor of state.pt loaded as another weight and
+    a resume went on from it. The archive is checked whole first: one line naming the file and member."""
+    weights = torch.arange(5000.0)
+    runlog.write_checkpoint(tmp_path, 1, {"state": {"w": weights}})
+    state = runlog.latest_checkpoint(tmp_path) / "state.pt"
+    whole = state.read_bytes()
+    middle = whole.index(weights.numpy().tobytes()[4000:4008])
+    state.write_bytes(whole[:middle] + bytes([whole[middle] ^ 1]) + whole[middle + 1:])
+    with pytest.raises(ScenarioError) as err:
+        runlog.read_checkpoint(state.parent)
+    assert str(err.value) == (f"{state}: -: cannot be read (its member state/data/0 fails its CRC); expected "
+                              f"a checkpoint written by fedssl run")
+
+
 def test_the_first_damaged_client_state_is_named_by_client(tmp_path):
     """Of several damaged client states, the one of the lowest client id is named, whatever the listing order."""
     (tmp_path / "client_state").mkdir()
