@@ -49,6 +49,34 @@ def test_epochs_batches_hooks_and_logged_parts_against_a_hand_computation():
     assert metrics["part"] == pytest.approx((4 + 4 + 2) * 2 / 6)
 
 
+@pytest.mark.parametrize("momentum, weight_decay, grad_clip_norm", [(0.9, 0.0, 0.0), (0.0, 0.05, 0.0),
+                                                                    (0.5, 0.05, 5.0)])
+def test_the_loop_steps_with_training_s_momentum_weight_decay_and_clip(momentum, weight_decay, grad_clip_norm):
+    """``training.momentum``, ``weight_decay`` and ``grad_clip_norm`` reach the loop's optimiser (the
+    test above runs without them): loss(rows) = w * sum(x[rows]), SGD written out, the gradient
+    clipped before the weight decay is added (as torch's clip then ``SGD.step``)."""
+    x = torch.arange(1.0, 11.0)
+    w = torch.nn.Parameter(torch.tensor(0.5))
+    seen = []
+
+    def loss(rows):
+        seen.append(rows.tolist())
+        return w * x[rows].sum(), {}
+
+    train_local_epochs(LocalStep(loss, [w]), 10, torch.Generator().manual_seed(3), torch.device("cpu"),
+                       context(momentum=momentum, weight_decay=weight_decay, grad_clip_norm=grad_clip_norm),
+                       "client 0")
+    expected, buffer = 0.5, None
+    for rows in seen:
+        grad = float(x[rows].sum())  # at least 1 + 2 = 3: a clip norm of 5 clips most steps
+        if grad_clip_norm:
+            grad = min(grad, grad_clip_norm)
+        direction = grad + weight_decay * expected
+        buffer = direction if buffer is None else momentum * buffer + direction
+        expected -= 0.1 * buffer
+    assert len(seen) == 6 and w.item() == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
 def test_a_batch_of_one_sample_is_skipped_and_no_step_logs_nothing():
     w = torch.nn.Parameter(torch.ones(()))
     step = LocalStep(lambda rows: (w * len(rows), {}), [w])
