@@ -64,6 +64,23 @@ def test_first_participation_starts_from_global_online_with_the_target_copied_fr
         torch.testing.assert_close(value, uploaded[name], rtol=0, atol=1e-5)
 
 
+def test_a_kept_state_is_a_copy_that_the_next_client_in_the_workspace_leaves_alone(synthetic_raw):
+    """A worker runs its share's clients one after another in one workspace and sends their states
+    back together (``simulator.federation.simulate_clients``): a client's kept networks must not be
+    the workspace's tensors, which the next client overwrites (on a CPU ``.cpu()`` copies nothing)."""
+    scenario, method = make(synthetic_raw, "fedu")
+    state = Server(method).state
+    workspace = method.make_workspace(torch.device("cpu"))
+    ctx = at(scenario, 1)
+    broadcast = method.broadcast(state, ctx)
+    first = method.client_update(workspace, broadcast, None, ClientData(0, DATA.train_x, DATA.train_y), ctx)
+    kept = {name: value.clone() for name, value in first.client_state["weights"].items()}
+    method.client_update(workspace, broadcast, None, ClientData(1, DATA.train_x[:20], DATA.train_y[:20]), ctx)
+    assert any(not torch.equal(value, kept[name]) for name, value in workspace.slots.items())  # the next client trained
+    for name, value in first.client_state["weights"].items():
+        assert torch.equal(value, kept[name]), name
+
+
 def test_fedu_and_fedema_accept_only_byol(synthetic_raw):
     from simulator.scenario import ScenarioError
     for name in ("fedu", "fedema"):
