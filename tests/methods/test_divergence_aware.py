@@ -34,9 +34,11 @@ def participate(method, scenario, state, round_index, client_state):
 
 
 def test_divergence_is_the_mean_l2_change_of_the_encoders_convolution_kernels():
-    start = {"online.encoder.a.weight": torch.zeros(2, 1, 3, 3), "online.encoder.b.weight": torch.zeros(1, 1, 1, 1),
-             "online.encoder.n.weight": torch.zeros(4), "online.predictor.0.weight": torch.zeros(3, 3),
-             "target.encoder.a.weight": torch.zeros(2, 1, 3, 3)}
+    # a start away from 0 (there ||end|| alone would pass for the change), a 2-d encoder weight (a linear
+    # layer's) and a 1-d one left out
+    start = {"online.encoder.a.weight": torch.full((2, 1, 3, 3), 3.0), "online.encoder.b.weight": torch.full((1, 1, 1, 1), -2.0),
+             "online.encoder.n.weight": torch.zeros(4), "online.encoder.fc.weight": torch.zeros(3, 3),
+             "online.predictor.0.weight": torch.zeros(3, 3), "target.encoder.a.weight": torch.zeros(2, 1, 3, 3)}
     end = {k: v + 1 for k, v in start.items()}
     assert divergence(start, end) == pytest.approx((18 ** 0.5 + 1.0) / 2)  # only the two 4-d kernels
 
