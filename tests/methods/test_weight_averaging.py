@@ -107,3 +107,31 @@ def test_server_step_of_every_tensor_over_two_rounds(synthetic_raw, optimizer, l
         if optimizer == "adam":
             assert new_state["server_opt"]["step"] == round_index and new_state["uv_opt"]["step"] == round_index
         state = new_state
+
+
+@pytest.mark.parametrize("optimizer", ["avg", "adam"])
+def test_only_the_online_parameters_take_the_server_step_buffers_and_target_the_plain_average(optimizer):
+    """``initial_state``'s trainable names are the online networks' parameters (no BatchNorm statistic,
+    no target); ``averaged_weights`` steps those alone, a buffer and the target take the average, and an
+    entry nobody uploaded (the step counter) keeps its value. By hand on a Linear + BatchNorm1d (the
+    FedAvg scenarios above have no online buffer, so stepping every uploaded online tensor survived them)."""
+    from methods.params import ServerOptimizerParams
+    from methods.weight_averaging import averaged_weights, initial_state, weight_uploads
+    torch.manual_seed(0)
+    online = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))})
+    target = torch.nn.ModuleDict({"encoder": torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))})
+    state = initial_state(online, target)
+    assert state["trainable"] == ["online.encoder.0.weight", "online.encoder.0.bias", "online.encoder.1.weight",
+                                  "online.encoder.1.bias"]
+    uploaded = weight_uploads(state["weights"])
+    assert "weights/online.encoder.1.num_batches_tracked" not in uploaded
+    mean = {k: v + 0.5 for k, v in uploaded.items()}  # every average 0.5 above the global value
+    config = ServerOptimizerParams(server_optimizer=optimizer, server_lr=0.1)
+    new = averaged_weights(state, mean, config)["weights"]
+    for name, old in state["weights"].items():
+        if name.endswith("num_batches_tracked"):
+            assert torch.equal(new[name], old), name
+        elif name in state["trainable"]:  # avg: old + 0.1 x 0.5; adam's first step: old + lr x sign(0.5)
+            torch.testing.assert_close(new[name], old + (0.05 if optimizer == "avg" else 0.1), msg=name)
+        else:  # running statistics, the target
+            torch.testing.assert_close(new[name], old + 0.5, msg=name)
