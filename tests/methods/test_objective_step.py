@@ -70,6 +70,20 @@ def test_byol_target_moves_after_every_local_step(synthetic_raw, monkeypatch):
         assert torch.allclose(got, seen, atol=1e-6)
 
 
+def test_a_client_draws_its_views_and_order_from_its_own_round_stream(synthetic_raw):
+    """``ctx.client_generator(client_id)``: two clients holding the same samples in the same round
+    train on different draws (views and batch order), and the same client again on the same ones."""
+    method, workspace, scenario = setup(synthetic_raw, objective="simclr")
+    ctx = RoundContext(1, 2, (CLIENT, CLIENT + 1), scenario["seed"], freeze(scenario))
+    broadcast = method.broadcast(Server(method).state, ctx)
+    data = make_synthetic(train_per_class=2, test_per_class=1, seed=1)
+    uploads = [method.client_update(workspace, broadcast, None, ClientData(cid, data.train_x, data.train_y), ctx)
+               for cid in (CLIENT, CLIENT + 1, CLIENT)]
+    name = next(k for k in uploads[0].stats.sums if k.startswith("weights/online.encoder."))
+    assert not torch.equal(uploads[0].stats.sums[name], uploads[1].stats.sums[name])
+    assert torch.equal(uploads[0].stats.sums[name], uploads[2].stats.sums[name])
+
+
 def test_a_client_trains_in_train_mode_whatever_mode_its_workspace_was_left_in(synthetic_raw):
     # a worker's workspace may be left in eval mode (FedSC's DP-CalR pass, Hetero-SSFL's RAD kernel): the
     # next client step still normalises the BatchNorm heads by batch statistics and moves their running
