@@ -149,3 +149,28 @@ def test_a_batch_s_second_view_is_augmented_by_augment_prime(synthetic_raw, obje
     for step, views in enumerate(seen):
         assert len(views) == len(pipelines)
         assert all(view is made[len(pipelines) * step + i][1] for i, view in enumerate(views))
+
+
+def test_a_batch_s_labels_are_its_samples_labels(synthetic_raw):
+    """The supervised objective sees each batch's own labels: sample i's image is filled with i, so a
+    batch's images name its samples, whose labels must be the ones the loss receives (labels taken in
+    another order than the images survived every test)."""
+    synthetic_raw["training"] = {**synthetic_raw["training"], "batch_size": 16}
+    method, workspace, scenario = setup(synthetic_raw, objective="supervised")
+    count = 40
+    images = torch.arange(count, dtype=torch.uint8).view(count, 1, 1, 1).expand(count, 1, 28, 28).contiguous()
+    labels = torch.randperm(count, generator=torch.Generator().manual_seed(0)) % 10
+    seen, given = [], []
+    views = workspace.views
+    workspace.views = lambda batch, generator, n: seen.append(batch.clone()) or views(batch, generator, n)
+    loss_parts = method.objective.rows_loss_parts
+    method.objective.rows_loss_parts = lambda embedding, batch_labels, *rest: (
+        given.append(batch_labels.clone()) or loss_parts(embedding, batch_labels, *rest))
+    ctx = RoundContext(1, 2, (CLIENT,), scenario["seed"], freeze(scenario))
+    method.client_update(workspace, method.broadcast(Server(method).state, ctx), None,
+                         ClientData(CLIENT, images, labels), ctx)
+    assert len(seen) == len(given) == 3
+    for batch, batch_labels in zip(seen, given):
+        samples = (batch[:, 0, 0, 0] * 255).round().long()
+        assert sorted(samples.tolist()) == sorted(set(samples.tolist()))  # distinct samples: the images name them
+        assert torch.equal(batch_labels, labels[samples])
