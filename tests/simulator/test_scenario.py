@@ -451,3 +451,121 @@ def test_a_set_splits_at_its_first_equals_sign_and_needs_a_key_and_sections_to_w
         with pytest.raises(ScenarioError) as err:
             load_scenario(path, [item])
         assert str(err.value) == message
+
+
+# The keys each range rule covers, written out (not read from the sets the loader checks, so that a key
+# dropped from POSITIVE, NON_NEGATIVE, PROBABILITIES or FLOAT32 fails here).
+POSITIVE_KEYS = [
+    "dataset.train_subset", "eval.every", "eval.finetune_batch_size", "eval.finetune_lr", "eval.knn_k",
+    "eval.knn_temperature", "eval.label_draws", "eval.label_knn_k", "eval.probe_iterations", "eval.test_subset",
+    "eval.train_subset", "model.hidden_dim", "model.projector_dim", "output.checkpoint_every", "partition.alpha",
+    "partition.k", "partition.rotation_alpha", "partition.rotation_bins", "population.clients_per_round",
+    "population.deadline_seconds", "population.diurnal_period", "population.num_clients", "ray.num_workers",
+    "ray.share_timeout_seconds", "training.batch_size", "training.local_epochs", "training.lr", "training.rounds"]
+NON_NEGATIVE_KEYS = [
+    "augment.brightness", "augment.contrast", "augment.hue", "augment.saturation", "eval.finetune_steps",
+    "population.availability_spread", "population.diurnal_amplitude", "population.over_selection",
+    "ray.worker.num_cpus", "ray.worker.num_gpus", "seed", "training.grad_clip_norm", "training.momentum",
+    "training.weight_decay"]
+PROBABILITY_KEYS = ["augment.blur_prob", "augment.flip_prob", "augment.grayscale_prob", "augment.jitter_prob",
+                    "augment.solarize_prob", "population.availability", "population.dropout"]
+FLOAT32_KEYS = ["augment.brightness", "augment.contrast", "augment.saturation", "eval.finetune_lr",
+                "eval.knn_temperature", "training.lr", "training.weight_decay"]
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    *((key, 0, "a positive number") for key in POSITIVE_KEYS),
+    *((key, -1, "a non-negative number") for key in NON_NEGATIVE_KEYS),
+    *((key, value, "a probability in [0, 1]") for key in PROBABILITY_KEYS for value in (-0.5, 1.5)),
+])
+def test_every_ranged_key_refuses_a_value_outside_its_range(tmp_path, key, value, expected):
+    """Each key of a count, size, rate or probability is range-checked (a key left out of its rule was
+    accepted silently: ``training.grad_clip_norm: -1``, ``augment.grayscale_prob: 2``, ``dataset.train_subset: 0``)."""
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, {}), [f"{key}={value}"])
+    assert str(err.value) in (f"--set: {key}: expected {expected}, got {value}",
+                              f"--set: {key}: expected {expected}, got {float(value)}")
+
+
+@pytest.mark.parametrize("key", FLOAT32_KEYS)
+def test_every_float32_key_refuses_a_value_past_float32(tmp_path, key):
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, {}), [f"{key}=1e39"])
+    assert str(err.value) == (f"--set: {key}: expected a number within float32's range (at most 3.4e38 in size: "
+                              f"fedssl computes in float32), got 1e+39")
+
+
+@pytest.mark.parametrize("key", ["training.lr", "augment.flip_prob", "population.deadline_seconds",
+                                 "method.server_lr"])
+def test_a_boolean_is_not_a_number(tmp_path, key):
+    """``lr: true`` is not 1.0 (a bool is an int in Python; an int is read as a float, a bool is refused)."""
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, {}), [f"{key}=true"])
+    assert str(err.value) == f"--set: {key}: expected a number, got True"
+
+
+def test_nullable_integer_keys_stay_integers_and_refuse_a_fraction(tmp_path):
+    """``eval.label_knn_k``, ``dataset.train_subset``: an integer (a k or a size), null by default."""
+    path = write(tmp_path, {})
+    scenario = load_scenario(path, ["eval.label_knn_k=5", "dataset.train_subset=600"])
+    assert type(scenario["eval"]["label_knn_k"]) is int and scenario["eval"]["label_knn_k"] == 5
+    assert type(scenario["dataset"]["train_subset"]) is int and scenario["dataset"]["train_subset"] == 600
+    for key in ("eval.label_knn_k", "dataset.train_subset"):
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(path, [f"{key}=2.5"])
+        assert str(err.value) == f"--set: {key}: expected an integer, got 2.5"
+
+
+def test_an_exponent_with_a_plus_sign_or_none_is_a_number_too(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("population:\n  deadline_seconds: 1e3\ntraining:\n  lr: 2E+0\n")
+    scenario = load_scenario(path)
+    assert scenario["population"]["deadline_seconds"] == 1000.0 and scenario["training"]["lr"] == 2.0
+
+
+@pytest.mark.parametrize("raw", [
+    {"augment": {"hue": 0.5}},  # torchvision's largest hue
+    {"augment": {"blur_kernel": 55}},
+    {"augment": {"blur_sigma": [1e-6, 1e-6]}},
+    {"augment": {"blur_sigma": [0.1, FLOAT32_MAX]}},
+    {"eval": {"knn_temperature": 0.0113}},
+    {"name": "n" * 200},
+], ids=["hue-half", "largest-kernel", "smallest-sigma", "largest-sigma", "smallest-temperature", "name-200-bytes"])
+def test_each_bound_itself_is_accepted(tmp_path, raw):
+    """The documented bounds are inclusive: hue up to 0.5, a kernel up to 55, sigma from 1e-6 to float32's
+    largest, a kNN temperature from 0.0113, a name of up to 200 bytes."""
+    load_scenario(write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("raw, key, message", [
+    ({"augment": {"crop_scale": [0, 0.5]}}, "augment.crop_scale",
+     "expected [min, max] with 0 < min <= max <= 1, got [0, 0.5]"),
+    ({"eval": {"label_fractions": [0.0, 0.1]}}, "eval.label_fractions",
+     "expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got [0.0, 0.1]"),
+    ({"population": {"speed_tiers": [{"fraction": 0.5, "samples_per_second": 10},
+                                     {"fraction": 0.49, "samples_per_second": 20}]}}, "population.speed_tiers",
+     "expected fractions summing to 1, got 0.99"),
+    ({"name": "n" * 201}, "name", "expected at most 200 bytes (with a timestamp it names the run directory, and file "
+     "systems take names of 255), got 201"),
+], ids=["crop-from-zero", "zero-fraction", "tiers-one-percent-short", "name-201-bytes"])
+def test_just_past_each_bound_is_refused(tmp_path, raw, key, message):
+    path = write(tmp_path, raw)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}: {key}: {message}"
+
+
+def test_a_file_whose_top_level_is_not_a_mapping_is_one_scenario_error(tmp_path):
+    path = tmp_path / "list.yaml"
+    for text in ("- training\n- eval\n", "fedavg\n", "3\n"):
+        path.write_text(text)
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(path, ["training.rounds=2"])
+        assert str(err.value) == f"{path}: -: expected a mapping of sections at the top level"
+
+
+def test_a_server_beta_of_zero_is_accepted(tmp_path):
+    """Adam's betas are in [0, 1): beta1 = 0 (no first-moment average, RMSProp's step) is a valid choice."""
+    scenario = load_scenario(write(tmp_path, {"method": {"server_optimizer": "adam", "server_betas": [0, 0.999]}}))
+    assert scenario["method"]["server_betas"] == [0, 0.999]
+
