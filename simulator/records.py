@@ -34,6 +34,15 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_finite(value: int | float) -> bool:
+    """Whether a number is finite as a float: not inf or NaN, nor an integer past float's range (YAML's
+    ``1`` followed by 400 zeros, which ``math.isfinite`` raises OverflowError on)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 # the largest float32: a scenario's float that training or evaluation turns into a tensor must be within it
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -47,15 +56,15 @@ def out_of_float32(value: Any) -> str | None:
 
 # finite: a tier's fraction of .inf made every fraction NaN once normalised, its samples_per_second of .inf
 # rounds of no time
-POSITIVE_NUMBER = Field(lambda v: is_number(v) and math.isfinite(v) and v > 0, "a positive number")
-NON_NEGATIVE_NUMBER = Field(lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a non-negative number")
+POSITIVE_NUMBER = Field(lambda v: is_number(v) and is_finite(v) and v > 0, "a positive number")
+NON_NEGATIVE_NUMBER = Field(lambda v: is_number(v) and is_finite(v) and v >= 0, "a non-negative number")
 POSITIVE_INTEGER = Field(lambda v: type(v) is int and v >= 1, "a positive integer")  # an int, not a bool
 STRING = Field(lambda v: isinstance(v, str), "a string")
 
 
 def is_gpu_count(value: Any) -> bool:
     """A fraction of one GPU, or a whole number of GPUs (Ray places no 1.5 GPUs)."""
-    return is_number(value) and value >= 0 and (value <= 1 or float(value).is_integer())
+    return is_number(value) and is_finite(value) and value >= 0 and (value <= 1 or float(value).is_integer())
 
 
 GPU_COUNT = Field(is_gpu_count, "a fraction <= 1 or a whole number of GPUs")

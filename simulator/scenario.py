@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from simulator.records import (FLOAT32_MAX, GPU_COUNT, NON_NEGATIVE_NUMBER, POSITIVE_INTEGER, POSITIVE_NUMBER, STRING,
-                               RecordError, check_records, is_number, out_of_float32)
+                               RecordError, check_records, is_finite, is_number, out_of_float32)
 
 DEFAULTS: dict[str, Any] = {
     "name": "unnamed",
@@ -340,6 +340,8 @@ def check_type(key: str, value: Any, default: Any, source: str) -> Any:
         raise ScenarioError(source, key, f"expected {type_name(default)}, got null")
     expected = NULLABLE.get(key) if default is None else type(default)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        if not is_finite(value):  # an integer past float's range: float() raises OverflowError
+            raise ScenarioError(source, key, f"expected a finite number, got {value!r}")
         return float(value)
     if expected is int and isinstance(value, float) and value.is_integer() and key in NULLABLE:
         return int(value)
@@ -388,7 +390,7 @@ def check_values(scenario: dict, source: str) -> None:
         value = lookup(scenario, key)
         if value is None:
             continue
-        if not math.isfinite(value):
+        if not is_finite(value):
             raise ScenarioError(source, key, f"expected a finite number, got {value!r}")
         if key in FLOAT32 and (too_large := out_of_float32(value)) is not None:
             raise ScenarioError(source, key, f"expected {too_large}, got {value!r}")

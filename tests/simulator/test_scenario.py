@@ -569,3 +569,27 @@ def test_a_server_beta_of_zero_is_accepted(tmp_path):
     scenario = load_scenario(write(tmp_path, {"method": {"server_optimizer": "adam", "server_betas": [0, 0.999]}}))
     assert scenario["method"]["server_betas"] == [0, 0.999]
 
+
+
+BIG = 10 ** 400  # an integer YAML reads whole and float cannot hold
+
+
+@pytest.mark.parametrize("item, key, expected", [
+    (f"training.lr={BIG}", "training.lr", "a finite number"),  # a float key: float() overflowed
+    (f"seed={BIG}", "seed", "a finite number"),  # an integer key: math.isfinite overflowed
+    (f"training.rounds={BIG}", "training.rounds", "a finite number"),
+    (f"population.deadline_seconds={BIG}", "population.deadline_seconds", "a finite number"),
+    (f"method.server_lr={BIG}", "method.server_lr", "a finite number"),
+    (f"population.speed_tiers=[{{fraction: {BIG}, samples_per_second: 1}}]", "population.speed_tiers[0].fraction",
+     "a positive number"),
+    (f"ray.worker.num_gpus={BIG}", "ray.worker.num_gpus", "a finite number"),
+    (f"ray.worker_pools=[{{name: a, count: 1, num_cpus: 1, num_gpus: {BIG}}}]", "ray.worker_pools[0].num_gpus",
+     "a fraction <= 1 or a whole number of GPUs"),
+])
+def test_an_integer_past_float_s_range_is_one_scenario_error_not_an_overflow_traceback(tmp_path, item, key, expected):
+    """``training.lr: 1`` followed by 400 zeros was OverflowError's traceback (float() in the type check,
+    math.isfinite in the range check and the record fields), which the command line does not catch."""
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, {}), [item])
+    message = str(err.value)
+    assert message.startswith(f"--set: {key}: expected {expected}, got 1000") and "\n" not in message, message
