@@ -206,6 +206,14 @@ def read_yaml(path: str | Path) -> Any:
     except RecursionError:
         raise ScenarioError(source, "-", "not valid YAML here (nested too deeply for the reader); expected a "
                                          "scenario's few levels of sections and lists") from None
+    except ValueError as err:  # an integer of over 4,300 digits, which Python refuses to read
+        raise ScenarioError(source, "-", f"not valid YAML here ({unreadable_value(err)}); expected a scenario's "
+                                         f"numbers, names and lists") from None
+
+
+def unreadable_value(err: ValueError) -> str:
+    """What a value YAML's constructor cannot build is, without Python's advice to raise its limit."""
+    return str(err).split(";")[0]
 
 
 def yaml_problem(err: yaml.YAMLError) -> str:
@@ -266,8 +274,9 @@ def apply_override(raw: dict, item: str, source: str = "--set") -> None:
             raise ScenarioError(source, key, f"{part!r} is not a section")
     try:
         node[parts[-1]] = parse_yaml(value)
-    except (yaml.YAMLError, RecursionError) as err:
-        problem = yaml_problem(err) if isinstance(err, yaml.YAMLError) else "nested too deeply for the reader"
+    except (yaml.YAMLError, RecursionError, ValueError) as err:
+        problem = (yaml_problem(err) if isinstance(err, yaml.YAMLError) else unreadable_value(err)
+                   if isinstance(err, ValueError) else "nested too deeply for the reader")
         raise ScenarioError(source, key, f"the value is not valid YAML ({problem}); "
                                          f"expected e.g. 5, 0.1, true, [0.8, 1.0] or a name") from None
 

@@ -593,3 +593,22 @@ def test_an_integer_past_float_s_range_is_one_scenario_error_not_an_overflow_tra
         load_scenario(write(tmp_path, {}), [item])
     message = str(err.value)
     assert message.startswith(f"--set: {key}: expected {expected}, got 1000") and "\n" not in message, message
+
+
+def test_a_value_yaml_reads_but_python_cannot_build_is_one_scenario_error(tmp_path):
+    """An integer of over 4,300 digits (Python's limit) and a date that is no date (``2026-13-45``, which
+    YAML reads as a timestamp) were ValueError's traceback from PyYAML's constructor, file and override alike."""
+    digits = "1" + "0" * 5000
+    path = tmp_path / "s.yaml"
+    for text, problem in ((f"seed: {digits}\n", "Exceeds the limit (4300 digits) for integer string conversion: "
+                                                 "value has 5001 digits"),
+                          ("name: 2026-13-45\n", "month must be in 1..12")):
+        path.write_text(text)
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(path)
+        assert str(err.value) == (f"{path}: -: not valid YAML here ({problem}); expected a scenario's numbers, "
+                                  f"names and lists")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, {}), [f"seed={digits}"])
+    assert str(err.value) == ("--set: seed: the value is not valid YAML (Exceeds the limit (4300 digits) for integer "
+                              "string conversion: value has 5001 digits); expected e.g. 5, 0.1, true, [0.8, 1.0] or a name")
