@@ -612,3 +612,21 @@ def test_a_value_yaml_reads_but_python_cannot_build_is_one_scenario_error(tmp_pa
         load_scenario(write(tmp_path, {}), [f"seed={digits}"])
     assert str(err.value) == ("--set: seed: the value is not valid YAML (Exceeds the limit (4300 digits) for integer "
                               "string conversion: value has 5001 digits); expected e.g. 5, 0.1, true, [0.8, 1.0] or a name")
+
+
+def test_the_defaults_the_readme_documents(tmp_path):
+    """The README's stated defaults of the evaluation and the augmentation, and no download unless asked
+    (a shipped scenario that leaves them out runs with these; the baselines pin only what trains)."""
+    scenario = load_scenario(write(tmp_path, {}))
+    assert scenario["dataset"]["download"] is False and scenario["dataset"]["train_subset"] is None
+    assert {key: scenario["eval"][key] for key in ("knn_k", "knn_temperature", "label_fractions", "label_draws",
+                                                    "label_knn_k", "finetune_steps", "finetune_batch_size",
+                                                    "finetune_lr", "finetune_augment", "pixel_reference")} == {
+        "knn_k": 200, "knn_temperature": 0.1, "label_fractions": [0.01, 0.1], "label_draws": 3, "label_knn_k": None,
+        "finetune_steps": 0, "finetune_batch_size": 64, "finetune_lr": 0.001, "finetune_augment": False,
+        "pixel_reference": True}
+    assert {key: scenario["augment"][key] for key in ("hue", "jitter_order", "crop_sampler", "interpolation",
+                                                       "blur_prob", "blur_sigma", "blur_kernel", "solarize_prob")} == {
+        "hue": 0.0, "jitter_order": "fixed", "crop_sampler": "uniform_area", "interpolation": "bilinear",
+        "blur_prob": 0.0, "blur_sigma": [0.1, 2.0], "blur_kernel": 3, "solarize_prob": 0.0}
+    assert scenario["partition"]["fill"] == "in_order" and scenario["training"]["grad_clip_norm"] == 0.0
