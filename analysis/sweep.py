@@ -25,7 +25,7 @@ import yaml
 
 from simulator.progress import Pace
 from simulator.runlog import atomic_write, check_name_lengths, check_out, read_recorded_scenario, read_summary
-from simulator.scenario import ScenarioError, load_scenario, overridden, parse_yaml
+from simulator.scenario import ScenarioError, UnreadableYaml, load_scenario, overridden, parse_yaml
 
 MEASURES = {
     "seconds_per_round": "wall time per round (s, steady state)",
@@ -52,9 +52,9 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
         for item in items:
             try:
                 parse_yaml(item)
-            except (yaml.YAMLError, RecursionError) as err:
-                problem = (f"the value {item} is not valid YAML" if isinstance(err, yaml.YAMLError)
-                           else "a value is nested too deeply for the reader")  # that value: thousands of brackets
+            except UnreadableYaml as err:  # a value of thousands of brackets or digits is not echoed twice
+                problem = (f"the value {item} is not valid YAML" if len(item) <= 100
+                           else f"a value is not valid YAML ({err.problem})")
                 raise ScenarioError("--over", over,
                                     f"{problem}; expected e.g. 5, 0.1, true, [0.8,1.0] or a name") from None
         # one value written two ways (0.1 and 0.10, 1 and 1.0, 1 and " 1") ran the same point twice

@@ -176,9 +176,30 @@ ScenarioLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
+class UnreadableYaml(ValueError):
+    """Text that is not valid YAML, or holds a value Python cannot build: ``problem`` on one line,
+    ``line`` (from 1) where the reader knows it, ``expected`` what a scenario holds instead where it does not."""
+
+    def __init__(self, problem: str, line: int | None = None, expected: str | None = None):
+        super().__init__(problem)
+        self.problem, self.line, self.expected = problem, line, expected
+
+
 def parse_yaml(text: str) -> Any:
-    """A YAML document read by :class:`ScenarioLoader`."""
-    return yaml.load(text, Loader=ScenarioLoader)
+    """A YAML document read by :class:`ScenarioLoader`; :class:`UnreadableYaml` where it cannot be."""
+    try:
+        return yaml.load(text, Loader=ScenarioLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        position = getattr(err, "position", None)  # a reader's error: a character YAML does not allow
+        line = mark.line + 1 if mark else text.count("\n", 0, position) + 1 if position is not None else None
+        raise UnreadableYaml(yaml_problem(err), line) from None
+    except RecursionError:
+        raise UnreadableYaml("nested too deeply for the reader",
+                             expected="a scenario's few levels of sections and lists") from None
+    except ValueError as err:  # an integer of over 4,300 digits, a date that is none (2026-13-45)
+        raise UnreadableYaml(str(err).split(";")[0],  # without Python's advice to raise its limit
+                             expected="a scenario's numbers, names and lists") from None
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -197,23 +218,11 @@ def read_yaml(path: str | Path) -> Any:
                                          f"or claim suite's YAML text")
     try:
         return parse_yaml(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        position = getattr(err, "position", None)  # a reader's error: a character YAML does not allow
-        where = (f"line {mark.line + 1}" if mark else f"line {text.count(chr(10), 0, position) + 1}"
-                 if position is not None else "-")
-        raise ScenarioError(source, where, f"not valid YAML ({yaml_problem(err)})") from None
-    except RecursionError:
-        raise ScenarioError(source, "-", "not valid YAML here (nested too deeply for the reader); expected a "
-                                         "scenario's few levels of sections and lists") from None
-    except ValueError as err:  # an integer of over 4,300 digits, which Python refuses to read
-        raise ScenarioError(source, "-", f"not valid YAML here ({unreadable_value(err)}); expected a scenario's "
-                                         f"numbers, names and lists") from None
-
-
-def unreadable_value(err: ValueError) -> str:
-    """What a value YAML's constructor cannot build is, without Python's advice to raise its limit."""
-    return str(err).split(";")[0]
+    except UnreadableYaml as err:
+        if err.line is not None:
+            raise ScenarioError(source, f"line {err.line}", f"not valid YAML ({err.problem})") from None
+        raise ScenarioError(source, "-", f"not valid YAML here ({err.problem})"
+                                         + (f"; expected {err.expected}" if err.expected else "")) from None
 
 
 def yaml_problem(err: yaml.YAMLError) -> str:
@@ -274,10 +283,8 @@ def apply_override(raw: dict, item: str, source: str = "--set") -> None:
             raise ScenarioError(source, key, f"{part!r} is not a section")
     try:
         node[parts[-1]] = parse_yaml(value)
-    except (yaml.YAMLError, RecursionError, ValueError) as err:
-        problem = (yaml_problem(err) if isinstance(err, yaml.YAMLError) else unreadable_value(err)
-                   if isinstance(err, ValueError) else "nested too deeply for the reader")
-        raise ScenarioError(source, key, f"the value is not valid YAML ({problem}); "
+    except UnreadableYaml as err:
+        raise ScenarioError(source, key, f"the value is not valid YAML ({err.problem}); "
                                          f"expected e.g. 5, 0.1, true, [0.8, 1.0] or a name") from None
 
 

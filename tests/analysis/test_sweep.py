@@ -45,7 +45,10 @@ EXPECTED_OVER = ("expected dotted.key=value1,value2,... (a list value in bracket
     ("training.lr=0.1,{a", "--over: training.lr=0.1,{a: the value {a is not valid YAML; expected e.g. 5, 0.1, true, "
                            "[0.8,1.0] or a name"),  # was blamed on --set
     ("training.lr=0.1," + "[" * 3000 + "]" * 3000, "--over: training.lr=0.1," + "[" * 3000 + "]" * 3000 + ": a value is "
-     "nested too deeply for the reader; expected e.g. 5, 0.1, true, [0.8,1.0] or a name"),  # was a RecursionError
+     "not valid YAML (nested too deeply for the reader); expected e.g. 5, 0.1, true, [0.8,1.0] or a name"),  # was a
+    # RecursionError; a value Python cannot build (over 4,300 digits) was a ValueError's traceback
+    ("seed=1," + "9" * 5000, "--over: seed=1," + "9" * 5000 + ": a value is not valid YAML (Exceeds the limit (4300 "
+     "digits) for integer string conversion: value has 5000 digits); expected e.g. 5, 0.1, true, [0.8,1.0] or a name"),
 ])
 def test_a_repeated_value_or_a_missing_key_is_one_line_before_anything_runs(synthetic_raw, tmp_path, capsys, over,
                                                                             message):
