@@ -421,9 +421,10 @@ def check_values(scenario: dict, source: str) -> None:
                             f"expected at least {KNN_MIN_TEMPERATURE} (the kNN vote weighs a neighbour by "
                             f"exp(similarity / T), infinite in float32 below it), "
                             f"got {scenario['eval']['knn_temperature']!r}")
-    if "/" in scenario["name"] or "\0" in scenario["name"]:
-        raise ScenarioError(source, "name", f"expected a name without '/' or NUL (it names the run directory "
-                                            f"inside output.dir), got {scenario['name']!r}")
+    if "/" in scenario["name"] or any(ord(c) < 32 or ord(c) == 127 for c in scenario["name"]):
+        raise ScenarioError(source, "name", f"expected a name without '/' or control characters such as NUL or a "
+                                            f"line break (it names the run directory inside output.dir, printed "
+                                            f"on one line), got {scenario['name']!r}")
     if len(os.fsencode(scenario["name"])) > MAX_NAME_BYTES:
         raise ScenarioError(source, "name", f"expected at most {MAX_NAME_BYTES} bytes (with a timestamp it names "
                                             f"the run directory, and file systems take names of 255), got "
