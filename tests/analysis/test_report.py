@@ -294,6 +294,20 @@ def test_paired_interval_is_the_t_interval_of_the_per_seed_differences(tmp_path,
     assert "| arm | 0,1,2 | +3.00 [-3.57, +9.57] (ahead on 3/3) |" in capsys.readouterr().out
 
 
+def test_the_interval_over_five_seeds_uses_t_with_four_degrees_of_freedom(tmp_path, capsys):
+    """The protocol's five seeds by hand: differences +1, -1, +2, +3, 0 points; mean 1, sample std
+    sqrt(10/4) = 1.581139 (n - 1 in the denominator), standard error 0.707107, two-sided 95%
+    t(0.975, 4 dof) = 2.776445 (tables): 1 -+ 1.963243 = [-0.96, +2.96]. z = 1.96 would give [-0.39, +2.39],
+    the population std [-0.76, +2.76], t with 5 dof [-0.82, +2.82], the one-sided t(0.95, 4) = 2.131847
+    [-0.51, +2.51]."""
+    half = 2.776445 * (10 / 4) ** 0.5 / 5 ** 0.5
+    assert t_interval([1.0, -1.0, 2.0, 3.0, 0.0]) == pytest.approx((1 - half, 1 + half), abs=1e-5)
+    dirs = [fake_run(tmp_path, "base", s, 0.60) for s in range(5)]
+    dirs += [fake_run(tmp_path, "arm", s, v) for s, v in enumerate((0.61, 0.59, 0.62, 0.63, 0.60))]
+    assert main(["report", *map(str, dirs), "--baseline", "base"]) == 0
+    assert "| arm | 0,1,2,3,4 | +1.00 [-0.96, +2.96] (ahead on 3/5) |" in capsys.readouterr().out
+
+
 def test_runs_given_out_of_seed_order_are_paired_and_named_in_seed_order(tmp_path, capsys):
     """Differences by seed: 0: 65 - 60 = +5, 1: 68 - 70 = -2, 2: 83 - 80 = +3 points; mean 2, sample std
     sqrt(13) = 3.60555, standard error 2.08167, t(0.975, 2) = 4.302653: 2 -+ 8.95669 = [-6.96, +10.96]."""
