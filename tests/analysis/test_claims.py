@@ -285,6 +285,19 @@ def test_an_interval_end_beside_the_margin_is_printed_on_its_side_of_it(tmp_path
         assert expected in capsys.readouterr().out
 
 
+def test_an_interval_end_beside_the_margin_of_a_not_greater_claim_is_printed_on_its_side_of_it(
+        tmp_path, synthetic_raw, capsys):
+    # a - b: +0.58, +0.25, 0 points: mean 0.2767, sample std 0.29092, standard error 0.16796,
+    # t(0.975, 2) = 4.302653: 0.2767 -+ 0.72268 = [-0.4460, +0.9993], below +1: reproduced. With two
+    # decimals the upper end would print +1.00 beside "the interval lies below +1"; the lower end is
+    # beside no boundary of this claim (zero is none), so two decimals do
+    claimed = [{"arm": "a", "baseline": "b", "direction": "not_greater", "margin": 1.0}]
+    suite = fake_suite(tmp_path, synthetic_raw, claimed, {"a": [0.6058, 0.6025, 0.60], "b": [0.60] * 3})
+    assert main(["claim", str(suite)]) == 0
+    assert ("- claimed a not better than b by 1 point or more: a − b = +0.28 [-0.45, +0.999] points over 3 seeds → "
+            "**reproduced** (the interval lies below +1)\n") in capsys.readouterr().out
+
+
 def test_an_arm_whose_gain_interval_reaches_zero_is_not_shown_to_learn_whatever_its_mean(tmp_path, synthetic_raw,
                                                                                          capsys):
     # round 0 probe 0.50: c gains +5, -3, +1 (mean +1, [-8.94, +10.94]); a gains +12, +13, +14
