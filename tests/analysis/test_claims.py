@@ -636,6 +636,19 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
          "arms.a: set: training.lr: expected a positive number, got -1"),
         ({"arms": {**good["arms"], "b": {"scenario": str(bad_file)}}},
          "arms.b: " + str(bad_file) + ": training.lr: expected a positive number, got -1"),
+        # a margin of 0 would make an equivalence claim unreachable and "does not help" mean "hurts";
+        # true is YAML's boolean, not a number of points; a margin beside "greater" would be ignored
+        ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "equivalent", "margin": 0}]},
+         "comparisons[0].margin: expected a positive finite number of points with direction equivalent, got 0"),
+        ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "not_greater", "margin": True}]},
+         "comparisons[0].margin: expected a positive finite number of points with direction not_greater, got True"),
+        ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "greater", "margin": 1.0}]},
+         "comparisons[0].margin: expected no margin with direction greater"),
+        ({"comparisons": [{"arm": "a", "baseline": "a", "direction": "greater"}]},
+         "comparisons[0]: expected two different arms"),  # a difference of zero on every seed
+        ({"secondary": ["linear_top1"]}, "secondary: expected metrics other than the primary one (linear_top1)"),
+        ({"seeds": [True]}, "seeds: expected a non-empty list of distinct non-negative integers, got [True]"),
+        ({"seeds": [0, -1]}, "seeds: expected a non-empty list of distinct non-negative integers, got [0, -1]"),
     ]
     for change, expected in cases:
         suite = write_yaml(tmp_path / "suite.yaml", {**good, **change})
