@@ -298,6 +298,45 @@ def test_an_interval_end_beside_the_margin_of_a_not_greater_claim_is_printed_on_
             "**reproduced** (the interval lies below +1)\n") in capsys.readouterr().out
 
 
+def test_an_interrupted_run_whose_scenario_differs_from_the_suites_is_named_before_it_resumes(
+        tmp_path, synthetic_raw, capsys, monkeypatch):
+    """It resumes with its own recorded scenario: the note says so before the run goes on (and with
+    --no-run, which leaves it as it is)."""
+    import simulator.run
+    resumed = []
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda scenario, *a, **k: resumed.append(k.get("resume_dir")))
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
+                       {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]})
+    run_dir = tmp_path / "runs" / "b" / "seed_1"
+    (run_dir / "summary.json").unlink()
+    record = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    write_yaml(run_dir / "scenario.yaml", {**record, "training": {**record["training"], "lr": 0.5}})
+    note = f"note: {run_dir}: its scenario differs from the suite's at training.lr (the run is used as it is)\n"
+    assert main(["claim", str(suite), "--no-run"]) == 0
+    assert capsys.readouterr().err == note
+    assert main(["claim", str(suite)]) == 2  # the stand-in resumes nothing: no summary, one line
+    assert resumed == [str(run_dir)]
+    assert capsys.readouterr().err.startswith(note + "claim: resuming b seed 1 (1/1)")
+
+
+def test_a_kept_interrupted_run_of_other_rounds_is_one_line_before_anything_runs(tmp_path, synthetic_raw, capsys,
+                                                                               monkeypatch):
+    """Resuming it would train to its own number of rounds and pair a run of 5 rounds with runs of 2."""
+    import simulator.run
+    monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
+                       {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]})
+    run_dir = tmp_path / "runs" / "b" / "seed_1"
+    (run_dir / "summary.json").unlink()
+    record = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    write_yaml(run_dir / "scenario.yaml", {**record, "training": {**record["training"], "rounds": 5}})
+    for extra in ([], ["--no-run"]):
+        assert main(["claim", str(suite), *extra]) == 2
+        assert capsys.readouterr().err == (f"fedssl: error: {run_dir}: scenario.yaml: expected an interrupted run of 2 "
+                                           f"rounds (the suite's), found one of 5; move it away or use another "
+                                           f"--runs-dir\n")
+
+
 def test_an_arm_whose_gain_interval_reaches_zero_is_not_shown_to_learn_whatever_its_mean(tmp_path, synthetic_raw,
                                                                                          capsys):
     # round 0 probe 0.50: c gains +5, -3, +1 (mean +1, [-8.94, +10.94]); a gains +12, +13, +14
