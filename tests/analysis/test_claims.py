@@ -337,6 +337,25 @@ def test_a_kept_interrupted_run_of_other_rounds_is_one_line_before_anything_runs
                                            f"--runs-dir\n")
 
 
+def test_a_primary_metric_that_is_not_finite_at_round_0_is_one_line(tmp_path, synthetic_raw, capsys):
+    """Round 0 is read for the arm's gain over its random network: a NaN there (the alignment of NaN
+    features) is the same one line as a NaN final, not a traceback from the gain column."""
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite_file = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    suite = yaml.safe_load(suite_file.read_text())
+    write_yaml(suite_file, {**suite, "primary": "align", "secondary": []})
+    for arm in finals:
+        for seed in (0, 1, 2):
+            path = tmp_path / "runs" / arm / f"seed_{seed}" / "summary.json"
+            summary = json.loads(path.read_text())
+            summary["initial"]["align"] = float("nan") if (arm, seed) == ("a", 2) else 0.5
+            summary["final"]["align"] = 0.4
+            path.write_text(json.dumps(summary))
+    assert main(["claim", str(suite_file)]) == 2
+    assert capsys.readouterr().err == (f"fedssl: error: {tmp_path / 'runs' / 'a' / 'seed_2'}: summary.json: expected "
+                                       f"initial.align (the suite's primary metric), a finite number, got nan\n")
+
+
 def test_an_arm_whose_gain_interval_reaches_zero_is_not_shown_to_learn_whatever_its_mean(tmp_path, synthetic_raw,
                                                                                          capsys):
     # round 0 probe 0.50: c gains +5, -3, +1 (mean +1, [-8.94, +10.94]); a gains +12, +13, +14
