@@ -298,6 +298,21 @@ def test_an_interval_end_beside_the_margin_of_a_not_greater_claim_is_printed_on_
             "**reproduced** (the interval lies below +1)\n") in capsys.readouterr().out
 
 
+def test_an_arms_own_set_overrides_the_suites_shared_set(tmp_path, synthetic_raw):
+    """A top-level ``set`` applies to every arm before the arm's own: an arm that sets the same key keeps
+    its own value, on every seed (the seed always the suite's)."""
+    from analysis.claims import arm_scenarios
+    scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
+    suite = write_yaml(tmp_path / "suite.yaml", {
+        "claim": "x", "seeds": [0, 1], "primary": "linear_top1", "set": ["training.lr=0.2", "training.momentum=0.5"],
+        "arms": {"a": {"scenario": str(scenario_file), "set": ["training.lr=0.05"]},
+                 "b": {"scenario": str(scenario_file)}},
+        "comparisons": [{"arm": "a", "baseline": "b", "direction": "greater"}], "out": str(tmp_path / "runs")})
+    scenarios = arm_scenarios(read_suite(suite))
+    assert {key: (s["training"]["lr"], s["training"]["momentum"], s["seed"]) for key, s in scenarios.items()} == {
+        ("a", 0): (0.05, 0.5, 0), ("a", 1): (0.05, 0.5, 1), ("b", 0): (0.2, 0.5, 0), ("b", 1): (0.2, 0.5, 1)}
+
+
 def test_an_interrupted_run_whose_scenario_differs_from_the_suites_is_named_before_it_resumes(
         tmp_path, synthetic_raw, capsys, monkeypatch):
     """It resumes with its own recorded scenario: the note says so before the run goes on (and with
