@@ -997,6 +997,11 @@ def test_a_group_metrics_round_0_is_read_from_round_0_of_the_logged_metrics(tmp_
     assert metric_value(run, "final", "small/knn_top1") == 0.75
     assert metric_value(run, "initial", "large/knn_top1") == 0.3
     assert metric_value(run, "initial", "tiny/knn_top1") is None
+    # a group first evaluated after round 0 has no round-0 value (not its first logged one)
+    log.log(5, {"eval/late/knn_top1_mean": 0.5})
+    log.flush()
+    assert metric_value({**run, "groups": {**run["groups"], "late": {"knn_top1": 0.5}}}, "initial",
+                        "late/knn_top1") is None
 
 
 # ---- the kept reports ----------------------------------------------------------------------
