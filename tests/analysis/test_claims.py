@@ -563,6 +563,31 @@ def test_a_difference_of_differences_is_paired_by_seed_and_decides(tmp_path, syn
     assert "- claimed a − b not above c − d by 1 point or more: (a − b) − (c − d) = +3.33" in capsys.readouterr().out
 
 
+def test_a_secondary_metric_the_subtracted_pair_lacks_is_n_a_in_a_difference_of_differences(tmp_path, synthetic_raw,
+                                                                                            capsys):
+    """a and b log the projector kNN (finals 0.35 + 0.01 seed and 0.30), c and d do not (older code): the
+    (a − b) − (c − d) cell on it is n/a, not a traceback, and a − b alone has it; the primary decides."""
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60] * 3, "c": [0.59, 0.60, 0.60], "d": [0.60] * 3}
+    did = {"arm": "a", "baseline": "b", "minus": {"arm": "c", "baseline": "d"}}
+    suite_file = fake_suite(tmp_path, synthetic_raw, [{**did, "direction": "greater"}], finals)
+    suite = yaml.safe_load(suite_file.read_text())
+    write_yaml(suite_file, {**suite, "secondary": ["knn_projector_top1"],
+                            "secondary_comparisons": [{"arm": "a", "baseline": "b"}]})
+    for arm, final in (("a", 0.35), ("b", 0.30)):
+        for seed in (0, 1, 2):
+            path = tmp_path / "runs" / arm / f"seed_{seed}" / "summary.json"
+            summary = json.loads(path.read_text())
+            summary["initial"]["knn_projector_top1"] = 0.30
+            summary["final"]["knn_projector_top1"] = final + (0.01 * seed if arm == "a" else 0)
+            path.write_text(json.dumps(summary))
+    assert main(["claim", str(suite_file)]) == 0
+    out = capsys.readouterr().out
+    assert "| (a − b) − (c − d) | decides | +3.33 [+1.90, +4.77] (ahead on 3/3) | n/a |" in out
+    assert "| a − b | secondary, decides nothing | +3.00 [+0.52, +5.48] (ahead on 3/3) | +6.00 [+3.52, +8.48] " \
+           "(ahead on 3/3) |" in out
+    assert out.rstrip().endswith("**Claim reproduced**.")
+
+
 def test_arms_that_leave_out_a_deciding_comparison_give_no_verdict_of_the_claim(tmp_path, synthetic_raw, capsys):
     # a - b reproduced (+3.00 [+0.52, +5.48]); c - b not (+3.00 [-3.57, +9.57]): the claim is not reproduced
     finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60], "c": [0.61, 0.62, 0.66]}
