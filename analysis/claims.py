@@ -100,7 +100,9 @@ class Comparison:
                    ) -> PairedDifference | None:
         """:func:`analysis.report.paired_difference` of the arm and its baseline, less that of the
         ``minus`` pair on the same seed where there is one (over the seeds both pairs have); None where
-        a paired run lacks the value."""
+        a paired run lacks the value. Each seed's difference of differences is rounded to 1e-9 points, as
+        :func:`decide` reads the interval: accuracies are counts over the test images, so equal gaps are a
+        difference of 0, not floating point's 1e-14 (which counted the seed as one the arm is ahead on)."""
         gap = paired_difference(runs[self.arm], runs[self.baseline], value)
         if self.minus is None or gap is None:
             return gap
@@ -112,7 +114,7 @@ class Comparison:
         if not seeds:
             return None
         by_seed = dict(zip(gap.seeds, gap.diffs))
-        return PairedDifference.of(seeds, tuple(by_seed[seed] - subtracted[seed] for seed in seeds))
+        return PairedDifference.of(seeds, tuple(round(by_seed[seed] - subtracted[seed], 9) for seed in seeds))
 
 
 @dataclass(frozen=True)

@@ -563,6 +563,21 @@ def test_a_difference_of_differences_is_paired_by_seed_and_decides(tmp_path, syn
     assert "- claimed a − b not above c − d by 1 point or more: (a − b) − (c − d) = +3.33" in capsys.readouterr().out
 
 
+def test_equal_gaps_in_a_difference_of_differences_are_no_lead(tmp_path, synthetic_raw, capsys):
+    """The gap a − b equals c − d on every seed (13.65, 7.19 and -8.02 points, over other baselines):
+    the difference of differences is 0 on each, and no seed is one "where the first gap is the larger".
+    In floating point 100 * (a - b) - 100 * (c - d) is 1.1e-14 on each, which counted as ahead on 3/3."""
+    finals = {"a": [0.6711, 0.6761, 0.6114], "b": [0.5346, 0.6042, 0.6916],
+              "c": [0.6507, 0.6944, 0.5911], "d": [0.5142, 0.6225, 0.6713]}
+    did = {"arm": "a", "baseline": "b", "minus": {"arm": "c", "baseline": "d"}}
+    suite = fake_suite(tmp_path, synthetic_raw, [{**did, "direction": "greater"}], finals)
+    assert main(["claim", str(suite)]) == 0
+    out = capsys.readouterr().out
+    assert "| (a − b) − (c − d) | decides | +0.00 [+0.00, +0.00] (ahead on 0/3) |" in out
+    assert ("(a − b) − (c − d) = +0.00 [+0.00, +0.00] points over 3 seeds → **not reproduced** (the interval includes "
+            "zero: the data cannot tell); the differences are equal on every seed") in out
+
+
 def test_a_secondary_metric_the_subtracted_pair_lacks_is_n_a_in_a_difference_of_differences(tmp_path, synthetic_raw,
                                                                                             capsys):
     """a and b log the projector kNN (finals 0.35 + 0.01 seed and 0.30), c and d do not (older code): the
