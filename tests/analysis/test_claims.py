@@ -228,6 +228,22 @@ def test_report_names_a_run_whose_scenario_differs_from_the_others_of_its_name(t
     assert "| s | 0,1,2,3 |" in captured.out  # a note, not an error: the runs are still tabulated together
 
 
+def test_a_suite_of_one_seed_is_not_reproduced_and_shows_no_arm_learning(tmp_path, synthetic_raw, capsys):
+    """One seed has no interval: +2 points on it is "not reproduced" (README: always with a single seed), and
+    a gain over round 0 of +12 on one seed does not show that an arm learns."""
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
+                       {"a": [0.62, 0.63, 0.64], "b": [0.60] * 3})
+    write_yaml(suite, {**yaml.safe_load(suite.read_text()), "seeds": [0]})
+    assert main(["claim", str(suite)]) == 0
+    out = capsys.readouterr().out
+    assert "| a − b | decides | +2.00 [n/a: 1 seed] (ahead on 1/1) |" in out
+    assert "| +12.00 [n/a: 1 seed] (ahead on 1/1) **not shown to learn** |" in out
+    assert ("- claimed a > b: a − b = +2.00 n/a points over 1 seed → **not reproduced** (one seed: no interval)\n"
+            in out)
+    assert "interval not above zero): a, b; the verdict is about networks that did not learn." in out
+    assert out.rstrip().endswith("**Claim not reproduced**.")
+
+
 def test_differences_equal_on_every_seed_are_flagged(tmp_path, synthetic_raw, capsys):
     # a - b: +2 points on each seed: standard deviation 0, an interval of no width
     finals = {"a": [0.62, 0.62, 0.62], "b": [0.60, 0.60, 0.60]}
