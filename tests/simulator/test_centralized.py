@@ -1,6 +1,8 @@
 """The centralized upper bound (``training.centralized``): one client with the union of the
 clients' data, the federated run's sample budget round by round, and on the real Fashion-MNIST at
 least as accurate as FedAvg with the same objective and budget (3 seeds)."""
+from collections.abc import Mapping
+
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -74,3 +76,89 @@ def test_centralized_bound_is_at_least_as_accurate_as_fedavg_on_fashion_mnist(tm
     print(f"seed {seed}: linear probe FedAvg {100 * federated['final']['linear_top1']:.1f}%, centralized "
           f"{100 * central['final']['linear_top1']:.1f}% (round 0: {100 * central['initial']['linear_top1']:.1f}%)")
     assert central["final"]["linear_top1"] >= federated["final"]["linear_top1"]
+
+
+def test_a_draw_depends_on_the_seed_and_a_whole_draw_takes_every_sample_once(synthetic_raw):
+    union = UnionReader(PartitionReader(prepare_partition(resolve(synthetic_raw))))
+    union.draw(17, seed=3, round_index=2)
+    first = union.rows.clone()
+    union.draw(17, seed=4, round_index=2)
+    assert not torch.equal(union.rows, first)  # seeds are independent replicates
+    union.draw(len(union.labels), seed=3, round_index=2)
+    assert sorted(union.rows.tolist()) == list(range(len(union.labels)))
+
+
+def plain(mapping):
+    return {key: plain(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
+
+
+def test_each_centralized_round_trains_the_federated_rounds_draw_with_its_hyper_parameters(synthetic_raw, tmp_path,
+                                                                                         monkeypatch):
+    """Round by round (dropout varying the budget, a cosine lr): the one client (id 0) gets the union's
+    draw of (seed, round) of the size of the federated round's completing clients' data, at the same
+    round of the same run, so at the same lr, with the same hyper-parameters (augmentation included)."""
+    from simulator import inprocess
+    from methods.local_training import local_lr
+    calls, real = [], inprocess.simulate_clients
+
+    def recording(method, workspace, load_client, broadcast, extras, client_ids, ctx, client_states=None):
+        hparams = plain(ctx.hparams)
+        hparams["training"].pop("centralized")
+        calls.append({"round": ctx.round, "num_rounds": ctx.num_rounds, "lr": local_lr(ctx), "hparams": hparams,
+                      "clients": list(client_ids), "data": [load_client(cid) for cid in client_ids]})
+        return real(method, workspace, load_client, broadcast, extras, client_ids, ctx, client_states)
+
+    monkeypatch.setattr(inprocess, "simulate_clients", recording)
+    raw = {**synthetic_raw, "executor": "in_process", "population": {**synthetic_raw["population"], "dropout": 0.3},
+           "training": {**synthetic_raw["training"], "rounds": 3, "lr_schedule": "cosine"},
+           "eval": {**synthetic_raw["eval"], "enabled": False}}
+    run_scenario(resolve(raw), str(tmp_path / "fed"), progress=False)
+    federated, calls[:] = list(calls), []
+    scenario = resolve({**raw, "training": {**raw["training"], "centralized": True}})
+    run_scenario(scenario, str(tmp_path / "central"), progress=False)
+    union = UnionReader(PartitionReader(prepare_partition(scenario)))
+    assert [c["round"] for c in calls] == [1, 2, 3] and len({c["lr"] for c in calls}) == 3
+    for central in calls:
+        fed = [c for c in federated if c["round"] == central["round"]]
+        budget = sum(len(labels) for c in fed for _, labels in c["data"])
+        union.draw(budget, scenario["seed"], central["round"])
+        (images, labels), = central["data"]
+        assert central["clients"] == [0] and torch.equal(images, union.images[union.rows])
+        assert torch.equal(labels, union.labels[union.rows])
+        assert all((c["num_rounds"], c["lr"], c["hparams"]) == (central["num_rounds"], central["lr"], central["hparams"])
+                   for c in fed)
+
+
+def test_a_round_nobody_completes_trains_nobody_as_in_the_federated_run(synthetic_raw):
+    """Every sampled client dropped out: the one client takes no step (no samples, no completed client)
+    and the round's metrics are the federated run's."""
+    import copy
+    from simulator.context import RoundContext, freeze
+    from simulator.centralized import CentralizedFederation
+    from simulator.inprocess import InProcessFederation
+    from simulator.run import data_spec
+    raw = {**synthetic_raw, "executor": "in_process", "eval": {**synthetic_raw["eval"], "enabled": False}}
+    metrics = []
+    for kind, centralized in ((InProcessFederation, False), (CentralizedFederation, True)):
+        scenario = resolve({**raw, "training": {**raw["training"], "centralized": centralized}})
+        partition_dir = prepare_partition(scenario)
+        federation = kind(scenario)
+        federation.setup(data_spec(partition_dir, scenario), partition_dir, None)
+        before = copy.deepcopy(federation.state())
+        metrics.append(federation.run_round(RoundContext(1, 2, (), scenario["seed"], freeze(scenario), unreported=(1, 5))))
+        assert torch.equal(torch.cat([t.flatten() for t in tensors(federation.state())]),
+                           torch.cat([t.flatten() for t in tensors(before)]))
+    assert metrics[1] == metrics[0] and metrics[1]["clients/completed"] == 0.0 and "train/samples" not in metrics[1]
+
+
+def tensors(value):
+    """Every tensor in a nested state (dicts, lists, modules), in order."""
+    if isinstance(value, torch.Tensor):
+        return [value.float()]
+    if isinstance(value, torch.nn.Module):
+        return [t.float() for t in value.state_dict().values()]
+    if isinstance(value, Mapping):
+        return [t for key in sorted(value, key=str) for t in tensors(value[key])]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in tensors(item)]
+    return []
