@@ -109,7 +109,9 @@ def test_each_centralized_round_trains_the_federated_rounds_draw_with_its_hyper_
         return real(method, workspace, load_client, broadcast, extras, client_ids, ctx, client_states)
 
     monkeypatch.setattr(inprocess, "simulate_clients", recording)
+    # 1,997 images: clients of 250 and of 249, so that a budget over the wrong clients is another size
     raw = {**synthetic_raw, "executor": "in_process", "population": {**synthetic_raw["population"], "dropout": 0.3},
+           "dataset": {**synthetic_raw["dataset"], "train_subset": 1997},
            "training": {**synthetic_raw["training"], "rounds": 3, "lr_schedule": "cosine"},
            "eval": {**synthetic_raw["eval"], "enabled": False}}
     run_scenario(resolve(raw), str(tmp_path / "fed"), progress=False)
