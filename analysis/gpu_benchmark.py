@@ -1,6 +1,6 @@
 """Client steps on a GPU, without Ray and without data files (issues 15 and 17).
 
-Five measurements, each printed and written to ``--out`` (JSON):
+Six measurements, each printed and written to ``--out`` (JSON):
 
 1. ``methods``: every method's federation, in-process (``executor: in_process``, one worker with the
    GPU), on ``synthetic_cifar10`` (CIFAR-10's shape) with a ResNet-18, 10 iid clients of 500 images,
@@ -19,12 +19,10 @@ Five measurements, each printed and written to ``--out`` (JSON):
    off, then twice with it on: whether each pair repeats, and the switches' cost in images/s. On
    the CPU every pair is bitwise equal; on an H200 runs without the switches were not
    (results/gpu.md).
-
 5. ``engines``: the quickstart's shape with a ResNet-18, switches on, through the Ray engine with two
    workers sharing the device (0.5 GPU each), the same again, one worker with the whole device, and
    in-process: whether every logged value of each equals the first run's, each run's numerics and
    images/s. Needs Ray (on a machine without it, the part reports the import error).
-
 6. ``augmentation``: every distinct augmentation of the shipped scenarios (each file's ``augment``,
    and with ``augment_prime`` applied where a file sets one), on a batch of its data set's image
    shape: milliseconds per batch (the fastest of several calls) and images/s, labelled by the first
