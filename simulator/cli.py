@@ -408,8 +408,8 @@ def check_before_running(scenario: dict, source: str) -> dict[str, float]:
     under ``partition``), if a method setting does not fit the data (ScenarioError under
     ``method.KEY``, e.g. Hetero-SSFL's RAD larger than the test images left to it), or if the run's
     own Ray instance could never place its worker actors (ScenarioError under ``ray.num_workers``,
-    ``ray.worker.num_gpus`` or ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`). Returns the partition's
-    heterogeneity (:meth:`simulator.data.partition.Partition.heterogeneity`)."""
+    ``ray.worker.num_gpus`` or ``ray.worker_pools``; :func:`simulator.engine.own_instance_room`).
+    Returns the partition's heterogeneity (:meth:`simulator.data.partition.Partition.heterogeneity`)."""
     from methods import METHODS
     from methods.base import ParamError
     from simulator.data.partition import ClientCountError
