@@ -331,6 +331,18 @@ def test_an_arms_own_set_overrides_the_suites_shared_set(tmp_path, synthetic_raw
         ("a", 0): (0.05, 0.5, 0), ("a", 1): (0.05, 0.5, 1), ("b", 0): (0.2, 0.5, 0), ("b", 1): (0.2, 0.5, 1)}
 
 
+def suite_with_an_interrupted_run(tmp_path, synthetic_raw, training: dict):
+    """A two-arm fake suite whose run of arm b, seed 1, is interrupted (no summary) and records
+    ``training`` changed from the suite's; returns the suite file and that run's directory."""
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
+                       {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]})
+    run_dir = tmp_path / "runs" / "b" / "seed_1"
+    (run_dir / "summary.json").unlink()
+    record = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    write_yaml(run_dir / "scenario.yaml", {**record, "training": {**record["training"], **training}})
+    return suite, run_dir
+
+
 def test_an_interrupted_run_whose_scenario_differs_from_the_suites_is_named_before_it_resumes(
         tmp_path, synthetic_raw, capsys, monkeypatch):
     """It resumes with its own recorded scenario: the note says so before the run goes on (and with
@@ -338,12 +350,7 @@ def test_an_interrupted_run_whose_scenario_differs_from_the_suites_is_named_befo
     import simulator.run
     resumed = []
     monkeypatch.setattr(simulator.run, "run_scenario", lambda scenario, *a, **k: resumed.append(k.get("resume_dir")))
-    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
-                       {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]})
-    run_dir = tmp_path / "runs" / "b" / "seed_1"
-    (run_dir / "summary.json").unlink()
-    record = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    write_yaml(run_dir / "scenario.yaml", {**record, "training": {**record["training"], "lr": 0.5}})
+    suite, run_dir = suite_with_an_interrupted_run(tmp_path, synthetic_raw, {"lr": 0.5})
     note = f"note: {run_dir}: its scenario differs from the suite's at training.lr (the run is used as it is)\n"
     assert main(["claim", str(suite), "--no-run"]) == 0
     assert capsys.readouterr().err == note
@@ -357,12 +364,7 @@ def test_a_kept_interrupted_run_of_other_rounds_is_one_line_before_anything_runs
     """Resuming it would train to its own number of rounds and pair a run of 5 rounds with runs of 2."""
     import simulator.run
     monkeypatch.setattr(simulator.run, "run_scenario", lambda *a, **k: pytest.fail("a run started"))
-    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}],
-                       {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]})
-    run_dir = tmp_path / "runs" / "b" / "seed_1"
-    (run_dir / "summary.json").unlink()
-    record = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    write_yaml(run_dir / "scenario.yaml", {**record, "training": {**record["training"], "rounds": 5}})
+    suite, run_dir = suite_with_an_interrupted_run(tmp_path, synthetic_raw, {"rounds": 5})
     for extra in ([], ["--no-run"]):
         assert main(["claim", str(suite), *extra]) == 2
         assert capsys.readouterr().err == (f"fedssl: error: {run_dir}: scenario.yaml: expected an interrupted run of 2 "
