@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, NoReturn
 
 import ray
@@ -31,9 +32,9 @@ from methods.base import DataSpec
 from simulator.client_store import ClientStateStore, dumps, loads
 from simulator.context import RoundContext
 from simulator.data.store import PartitionReader, prepare_partition
-from simulator.federation import (RunFailure, Server, ServerFailure, ServerLost, WorkerFailure, WorkerResult,
-                                  WorkersLost, bytes_down_metrics, prepare_worker_device, route_cohort, run_passes,
-                                  simulate_clients, worker_device, worker_pools)
+from simulator.federation import (PartitionMismatch, RunFailure, Server, ServerFailure, ServerLost, WorkerFailure,
+                                  WorkerResult, WorkersLost, bytes_down_metrics, prepare_worker_device, route_cohort,
+                                  run_passes, simulate_clients, worker_device, worker_pools)
 from simulator.resources import memory_mb, pin_thread_count, process_numerics, threads
 
 
@@ -179,9 +180,19 @@ class Worker:
         self.scenario, self.pool = scenario, pool
 
     def setup(self, spec: DataSpec, partition_dir: str, store: "ray.actor.ActorHandle | None") -> None:
+        """``partition_dir``: the driver's partition. A node that lacks it builds its own (partitions
+        are deterministic in the seed and the data files, which name the cache entry): one of another
+        name was cut from other files, and the worker's first share raises :class:`PartitionMismatch`
+        (a setup that raised would leave a starting actor's error unread)."""
+        self.mismatch = None
         if not os.path.exists(os.path.join(partition_dir, "meta.json")):
-            # another node: partitions are deterministic in the seed, so build the same files here
-            partition_dir = str(prepare_partition(self.scenario))
+            built = prepare_partition(self.scenario)
+            if built.name != Path(partition_dir).name:
+                self.mismatch = PartitionMismatch(
+                    f"a worker on host {socket.gethostname()} built partition {built.name} from its own data files "
+                    f"under dataset.root, the driver {Path(partition_dir).name}: the nodes' data files differ "
+                    f"(every node needs the driver's files, or a dataset.cache_dir all nodes share)")
+            partition_dir = str(built)
         self.method = build_method(self.scenario, spec)
         self.workspace = self.method.make_workspace(prepare_worker_device(self.pool["num_gpus"], self.scenario))
         self.reader = PartitionReader(partition_dir)
@@ -196,6 +207,8 @@ class Worker:
             ) -> tuple[int, WorkerResult]:
         """(number of clients simulated, their summed uploads): the small first value lets the
         driver see that the share is done, or that the worker died, without fetching the sums."""
+        if self.mismatch is not None:
+            raise self.mismatch
         states = None
         died = f"round {ctx.round}: the client-state store died"
         if self.store is not None:

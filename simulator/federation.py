@@ -34,6 +34,14 @@ class WorkerFailure(RunFailure):
     resumable = False
 
 
+class PartitionMismatch(RunFailure):
+    """A worker on another node built its clients' partition from its own data files, and those
+    are not the driver's (another cache entry): its clients would train other data. Resuming fails
+    the same way until every node holds the same files (or shares the partition cache)."""
+
+    resumable = False
+
+
 class ServerLost(RuntimeError):
     """The parameter-server actor died; the run loop restarts it from the newest checkpoint."""
 

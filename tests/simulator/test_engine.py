@@ -1,6 +1,7 @@
 """The Ray engine end to end on synthetic data: worker-count invariance and the run directory."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -202,6 +203,62 @@ def test_the_driver_stands_in_for_a_worker_still_starting_up(ray_session, synthe
     assert calls.read_text().split() == ["3"]  # rounds 1 and 2: the driver simulated the actor's share
     for name, value in reference.items():
         assert torch.equal(value, weights[name]), name
+
+
+@pytest.mark.parametrize("other_files", [False, True])
+def test_a_node_that_builds_another_partition_than_the_drivers_stops_the_run_with_one_line(
+        ray_session, synthetic_raw, tmp_path, other_files):
+    """Worker actors that lack the driver's partition build their own from their node's data files: the
+    same files give the driver's entry and the round runs; other files (another entry) would train
+    other splits, and the first round stops with :class:`PartitionMismatch` naming both entries."""
+    import numpy as np
+
+    from simulator.context import RoundContext, freeze
+    from simulator.data.store import prepare_partition
+    from simulator.engine import RayFederation
+    from simulator.federation import PartitionMismatch
+    from simulator.run import data_spec
+    from tests.conftest import sample_cohort
+    from tests.simulator.data.conftest import _write_idx
+    root = tmp_path / "files"
+
+    def write(labels):
+        rng = np.random.default_rng(0)
+        _write_idx(root / "train-images-idx3-ubyte", rng.integers(0, 256, (40, 28, 28), dtype=np.uint8))
+        _write_idx(root / "train-labels-idx1-ubyte", labels)
+        _write_idx(root / "t10k-images-idx3-ubyte", rng.integers(0, 256, (4, 28, 28), dtype=np.uint8))
+        _write_idx(root / "t10k-labels-idx1-ubyte", np.arange(4, dtype=np.uint8))
+
+    scenario = resolve({**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "name": "fashion_mnist",
+                                                      "root": str(root)},
+                        "population": {"num_clients": 4, "clients_per_round": 2},
+                        "ray": {"num_workers": 2, "driver_simulates": False}})
+    write(np.repeat(np.arange(2, dtype=np.uint8), 20))
+    drivers = prepare_partition(scenario)
+    spec = data_spec(drivers, scenario)
+    drivers.rename(drivers.with_name("elsewhere"))  # the workers' node does not hold the driver's entry
+    if other_files:
+        write(np.repeat(np.arange(8, 10, dtype=np.uint8), 20))
+    federation = RayFederation(scenario)
+    try:
+        federation.setup(spec, str(drivers), None)
+        _, cohort = sample_cohort(scenario["seed"], 1, 4, 2)
+        ctx = RoundContext(1, 1, cohort, scenario["seed"], freeze(scenario))
+        if not other_files:
+            assert federation.run_round(ctx)["clients/completed"] == 2
+            assert (drivers / "meta.json").exists()  # built again under the driver's name
+            return
+        with pytest.raises(PartitionMismatch) as raised:
+            federation.run_round(ctx)
+    finally:
+        federation.shutdown()
+    built = prepare_partition(scenario)
+    assert built.name != drivers.name and not drivers.exists()
+    assert str(raised.value) == (
+        f"a worker on host {socket.gethostname()} built partition {built.name} from its own data files under "
+        f"dataset.root, the driver {drivers.name}: the nodes' data files differ (every node needs the driver's "
+        f"files, or a dataset.cache_dir all nodes share)")
+    assert not raised.value.resumable
 
 
 @pytest.fixture(scope="module")
