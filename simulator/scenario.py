@@ -451,9 +451,11 @@ def check_values(scenario: dict, source: str) -> None:
         raise ScenarioError(source, "population.speed_tiers", f"expected fractions summing to 1, got {fractions!r}")
     check_gpus(scenario["ray"]["worker"]["num_gpus"], "ray.worker.num_gpus", source)
     fractions = scenario["eval"]["label_fractions"]
-    if not all(0 < f <= 1 for f in fractions) or len(set(map(fraction_suffix, fractions))) < len(fractions):
+    if (not all(0 < f <= 1 and fraction_suffix(f) != "0pct" for f in fractions)
+            or len(set(map(fraction_suffix, fractions))) < len(fractions)):
         raise ScenarioError(source, "eval.label_fractions",
-                            f"expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got {fractions!r}")
+                            f"expected distinct fractions in [1e-8, 1] (e.g. [0.01, 0.1]; [] for none; a metric's name "
+                            f"gives the percentage to 6 decimals), got {fractions!r}")
     if not scenario["augment"]["hue"] <= 0.5:
         raise ScenarioError(source, "augment.hue", f"expected a number in [0, 0.5] (a hue shift drawn in [-hue, hue], "
                                                    f"as torchvision's ColorJitter), got {scenario['augment']['hue']!r}")

@@ -343,11 +343,12 @@ def test_nullable_keys_take_their_own_type_and_only_they_read_a_whole_float_as_a
     {"population": {"speed_tiers": [{"fraction": 0.25, "samples_per_second": 10},
                                     {"fraction": 0.75, "samples_per_second": 50}]}},
     {"eval": {"label_fractions": [1.0]}},  # every label
+    {"eval": {"label_fractions": [1e-8]}},  # the smallest whose metric name is not 0pct
     {"eval": {"label_fractions": []}},
     {"augment": {"crop_scale": [0.5, 0.5]}},  # one fixed scale
     {"training": {"weight_decay": 0}},
-], ids=["batch-of-two", "whole-population", "spread-below-availability", "two-tiers", "all-labels", "no-fractions",
-        "one-crop-scale", "no-weight-decay"])
+], ids=["batch-of-two", "whole-population", "spread-below-availability", "two-tiers", "all-labels",
+        "smallest-fraction", "no-fractions", "one-crop-scale", "no-weight-decay"])
 def test_values_on_the_accepted_side_of_each_bound_are_accepted(tmp_path, raw):
     load_scenario(write(tmp_path, raw))
 
@@ -359,9 +360,11 @@ def test_values_on_the_accepted_side_of_each_bound_are_accepted(tmp_path, raw):
     ({"population": {"speed_tiers": [{"fraction": 0.5, "samples_per_second": 10}]}}, "population.speed_tiers",
      "expected fractions summing to 1, got 0.5"),
     ({"eval": {"label_fractions": [0.1, 0.1]}}, "eval.label_fractions",
-     "expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got [0.1, 0.1]"),
+     "expected distinct fractions in [1e-8, 1] (e.g. [0.01, 0.1]; [] for none; a metric's name "
+     "gives the percentage to 6 decimals), got [0.1, 0.1]"),
     ({"eval": {"label_fractions": [0.1, 0.1000000001]}}, "eval.label_fractions",  # one metric name for both
-     "expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got [0.1, 0.1000000001]"),
+     "expected distinct fractions in [1e-8, 1] (e.g. [0.01, 0.1]; [] for none; a metric's name "
+     "gives the percentage to 6 decimals), got [0.1, 0.1000000001]"),
     ({"augment": {"crop_scale": [0.2, 0.5, 0.9]}}, "augment.crop_scale",
      "expected [min, max] with 0 < min <= max <= 1, got [0.2, 0.5, 0.9]"),
     ({"augment": {"crop_scale": [0.5, "x"]}}, "augment.crop_scale", "expected a list of numbers, got [0.5, 'x']"),
@@ -542,14 +545,18 @@ def test_each_bound_itself_is_accepted(tmp_path, raw):
 @pytest.mark.parametrize("raw, key, message", [
     ({"augment": {"crop_scale": [0, 0.5]}}, "augment.crop_scale",
      "expected [min, max] with 0 < min <= max <= 1, got [0, 0.5]"),
+    ({"eval": {"label_fractions": [4e-9]}}, "eval.label_fractions",  # its metric would be named knn_top1_0pct
+     "expected distinct fractions in [1e-8, 1] (e.g. [0.01, 0.1]; [] for none; a metric's name "
+     "gives the percentage to 6 decimals), got [4e-09]"),
     ({"eval": {"label_fractions": [0.0, 0.1]}}, "eval.label_fractions",
-     "expected distinct fractions in (0, 1] (e.g. [0.01, 0.1]; [] for none), got [0.0, 0.1]"),
+     "expected distinct fractions in [1e-8, 1] (e.g. [0.01, 0.1]; [] for none; a metric's name "
+     "gives the percentage to 6 decimals), got [0.0, 0.1]"),
     ({"population": {"speed_tiers": [{"fraction": 0.5, "samples_per_second": 10},
                                      {"fraction": 0.49, "samples_per_second": 20}]}}, "population.speed_tiers",
      "expected fractions summing to 1, got 0.99"),
     ({"name": "n" * 201}, "name", "expected at most 200 bytes (with a timestamp it names the run directory, and file "
      "systems take names of 255), got 201"),
-], ids=["crop-from-zero", "zero-fraction", "tiers-one-percent-short", "name-201-bytes"])
+], ids=["crop-from-zero", "fraction-named-0pct", "zero-fraction", "tiers-one-percent-short", "name-201-bytes"])
 def test_just_past_each_bound_is_refused(tmp_path, raw, key, message):
     path = write(tmp_path, raw)
     with pytest.raises(ScenarioError) as err:
