@@ -219,26 +219,18 @@ def test_a_node_that_builds_another_partition_than_the_drivers_stops_the_run_wit
     from simulator.federation import PartitionMismatch
     from simulator.run import data_spec
     from tests.conftest import sample_cohort
-    from tests.simulator.data.conftest import _write_idx
+    from tests.simulator.data.conftest import write_fashion_28
     root = tmp_path / "files"
-
-    def write(labels):
-        rng = np.random.default_rng(0)
-        _write_idx(root / "train-images-idx3-ubyte", rng.integers(0, 256, (40, 28, 28), dtype=np.uint8))
-        _write_idx(root / "train-labels-idx1-ubyte", labels)
-        _write_idx(root / "t10k-images-idx3-ubyte", rng.integers(0, 256, (4, 28, 28), dtype=np.uint8))
-        _write_idx(root / "t10k-labels-idx1-ubyte", np.arange(4, dtype=np.uint8))
-
     scenario = resolve({**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "name": "fashion_mnist",
                                                       "root": str(root)},
                         "population": {"num_clients": 4, "clients_per_round": 2},
                         "ray": {"num_workers": 2, "driver_simulates": False}})
-    write(np.repeat(np.arange(2, dtype=np.uint8), 20))
+    write_fashion_28(root, np.repeat(np.arange(2, dtype=np.uint8), 20))
     drivers = prepare_partition(scenario)
     spec = data_spec(drivers, scenario)
     drivers.rename(drivers.with_name("elsewhere"))  # the workers' node does not hold the driver's entry
     if other_files:
-        write(np.repeat(np.arange(8, 10, dtype=np.uint8), 20))
+        write_fashion_28(root, np.repeat(np.arange(8, 10, dtype=np.uint8), 20))
     federation = RayFederation(scenario)
     try:
         federation.setup(spec, str(drivers), None)

@@ -38,6 +38,16 @@ def _write_fashion(directory: Path, suffix: str, rng: np.random.Generator) -> di
     return arrays
 
 
+def write_fashion_28(root: Path, train_labels: np.ndarray) -> None:
+    """Fashion-MNIST idx files of 28 x 28 images under ``root``: random train images (seed 0), one per
+    entry of ``train_labels``, and 4 test images labelled 0-3 (a data set whose files a test rewrites)."""
+    rng = np.random.default_rng(0)
+    _write_idx(root / "train-images-idx3-ubyte", rng.integers(0, 256, (len(train_labels), 28, 28), dtype=np.uint8))
+    _write_idx(root / "train-labels-idx1-ubyte", train_labels)
+    _write_idx(root / "t10k-images-idx3-ubyte", rng.integers(0, 256, (4, 28, 28), dtype=np.uint8))
+    _write_idx(root / "t10k-labels-idx1-ubyte", np.arange(4, dtype=np.uint8))
+
+
 @pytest.fixture
 def write_idx():
     """``write_idx(path, array)``: a uint8 array as an idx file (gzip-compressed if the path ends in .gz)."""

@@ -159,28 +159,21 @@ def test_the_partition_cache_entry_depends_on_each_input_of_the_partition(synthe
     assert PartitionReader(directories[4]).channels == 3 and PartitionReader(base).channels == 1
 
 
-def test_files_replaced_under_the_same_root_are_another_cache_entry(synthetic_raw, tmp_path, no_installed_data,
-                                                                  write_idx):
+def test_files_replaced_under_the_same_root_are_another_cache_entry(synthetic_raw, tmp_path, no_installed_data):
     """A cached partition is cut from the files' contents, not their location: new files under the same
     dataset.root (a regenerated or corrected data set) are split afresh, never served the old split."""
     from simulator.data.store import prepare_partition
     from simulator.scenario import resolve
+    from tests.simulator.data.conftest import write_fashion_28
     root = tmp_path / "files"
-    rng = np.random.default_rng(0)
-
-    def write(train_labels):
-        write_idx(root / "train-images-idx3-ubyte", rng.integers(0, 256, (40, 28, 28), dtype=np.uint8))
-        write_idx(root / "train-labels-idx1-ubyte", train_labels)
-        write_idx(root / "t10k-images-idx3-ubyte", rng.integers(0, 256, (4, 28, 28), dtype=np.uint8))
-        write_idx(root / "t10k-labels-idx1-ubyte", np.arange(4, dtype=np.uint8))
 
     scenario = resolve({**synthetic_raw, "dataset": {**synthetic_raw["dataset"], "name": "fashion_mnist",
                                                       "root": str(root)},
                         "population": {"num_clients": 4, "clients_per_round": 2}})
-    write(np.repeat(np.arange(2, dtype=np.uint8), 20))
+    write_fashion_28(root, np.repeat(np.arange(2, dtype=np.uint8), 20))
     first = prepare_partition(scenario)
     assert prepare_partition(scenario) == first  # the same files: the cached entry
-    write(np.repeat(np.arange(8, 10, dtype=np.uint8), 20))
+    write_fashion_28(root, np.repeat(np.arange(8, 10, dtype=np.uint8), 20))
     second = prepare_partition(scenario)
     assert second != first
     labels = {int(label) for cid in range(4) for label in PartitionReader(second).client(cid)[1]}
