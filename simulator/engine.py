@@ -190,7 +190,7 @@ class Worker:
             if built.name != Path(partition_dir).name:
                 self.mismatch = PartitionMismatch(
                     f"a worker on host {socket.gethostname()} built partition {built.name} from its own data files "
-                    f"under dataset.root, the driver {Path(partition_dir).name}: the nodes' data files differ "
+                    f"under dataset.root, where the driver's is {Path(partition_dir).name}: the nodes' data files differ "
                     f"(every node needs the driver's files, or a dataset.cache_dir all nodes share)")
             partition_dir = str(built)
         self.method = build_method(self.scenario, spec)
