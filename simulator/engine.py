@@ -189,9 +189,9 @@ class Worker:
             built = prepare_partition(self.scenario)
             if built.name != Path(partition_dir).name:
                 self.mismatch = PartitionMismatch(
-                    f"a worker on host {socket.gethostname()} built partition {built.name} from its own data files "
-                    f"under dataset.root, where the driver's is {Path(partition_dir).name}: the nodes' data files differ "
-                    f"(every node needs the driver's files, or a dataset.cache_dir all nodes share)")
+                    f"a worker on host {socket.gethostname()} built partition {built.name} from its own data "
+                    f"files under dataset.root, where the driver's is {Path(partition_dir).name}: the nodes' data "
+                    f"files differ (every node needs the driver's files, or a dataset.cache_dir all nodes share)")
             partition_dir = str(built)
         self.method = build_method(self.scenario, spec)
         self.workspace = self.method.make_workspace(prepare_worker_device(self.pool["num_gpus"], self.scenario))

@@ -248,8 +248,8 @@ def test_a_node_that_builds_another_partition_than_the_drivers_stops_the_run_wit
     assert built.name != drivers.name and not drivers.exists()
     assert str(raised.value) == (
         f"a worker on host {socket.gethostname()} built partition {built.name} from its own data files under "
-        f"dataset.root, where the driver's is {drivers.name}: the nodes' data files differ (every node needs the driver's "
-        f"files, or a dataset.cache_dir all nodes share)")
+        f"dataset.root, where the driver's is {drivers.name}: the nodes' data files differ (every node needs the "
+        f"driver's files, or a dataset.cache_dir all nodes share)")
     assert not raised.value.resumable
 
 
