@@ -306,3 +306,27 @@ def test_objectives_are_chosen_by_what_they_build(monkeypatch):
         assert ("predictor" in built) == cls.has_predictor, name
     monkeypatch.setitem(OBJECTIVES, "byol_copy", type("ByolCopy", (BYOL,), {"name": "byol_copy"}))
     assert objectives_with(uses_target=True, has_predictor=True) == ["byol", "byol_copy"]
+
+
+def test_only_the_two_view_objectives_draw_two_views():
+    """``draws_two_views``: True for the SSL objectives, False for the supervised one (one view) and for a
+    name that is no objective (as its docstring says, not a KeyError)."""
+    from methods.objectives import draws_two_views
+    assert [draws_two_views(name) for name in ("simclr", "spectral", "byol", "simsiam")] == [True] * 4
+    assert draws_two_views("supervised") is False
+    assert draws_two_views("no_such_objective") is False
+
+
+def test_the_supervised_classifier_has_one_output_per_class_of_the_data():
+    """``build_objective`` hands the data's class count to the objective: 7 classes -> 7 logits (not the
+    10 of every other test's data)."""
+    from types import SimpleNamespace
+
+    from methods.objectives import build_objective
+    encoder = torch.nn.Linear(3, 5)
+    encoder.out_dim = 5
+    model = {"hidden_dim": 8, "projector_dim": 4, "head_norm": "none"}
+    objective = build_objective(SimpleNamespace(objective="supervised"), {"model": model}, 7)
+    classifier = objective.build(encoder)["classifier"]
+    assert (classifier.in_features, classifier.out_features) == (5, 7)
+
