@@ -179,3 +179,55 @@ def test_a_client_labels_its_fraction_of_samples_rounded_half_up(size, fraction,
 def test_bad_values_are_one_line_errors(synthetic_raw, method, message):
     with pytest.raises(ValueError, match=message):
         uv_setup(synthetic_raw, **method)
+
+
+def test_labelled_positions_are_sorted_and_distinct():
+    """``labelled_positions`` returns its positions sorted (its docstring), each once."""
+    positions = labelled_positions(7, 2, 50, 0.3)
+    assert len(positions) == 15 and np.all(np.diff(positions) > 0)
+    assert positions.min() >= 0 and positions.max() < 50
+
+
+def test_every_sample_labelled_is_a_valid_fraction(synthetic_raw):
+    """``labelled_fraction: 1`` (the whole client labelled) is in [0, 1]: accepted, every sample labelled."""
+    method, _ = uv_setup(synthetic_raw, uv=False, labelled_fraction=1.0)
+    assert method.config.labelled_fraction == 1.0
+    assert labelled_mask(7, 2, 9, 1.0).all()
+
+
+class CountingObjective:
+    """A stand-in objective whose loss of a subset of rows is known by hand: two parts, the number of
+    rows (``loss_objective``) and 0.5 (``loss_inter_client``, as FedSC splits its loss)."""
+
+    loss_parts = ("loss_objective", "loss_inter_client")
+
+    def rows_loss_parts(self, embedding, labels, rows=None):
+        count = torch.tensor(float(len(labels) if rows is None else len(rows)))
+        return count + 0.5, {"loss_objective": count, "loss_inter_client": torch.tensor(0.5)}
+
+    def rows_loss(self, embedding, labels, rows=None):
+        return self.rows_loss_parts(embedding, labels, rows)[0]
+
+
+def test_the_plain_loss_keeps_the_objective_s_own_parts_and_covers_every_row_without_within_class():
+    # six rows, labels 0 1 0 2 1 0, rows 0, 1, 3, 4 labelled (classes 0: {0}, 1: {1, 4}, 2: {3}); no features,
+    # so no label term (label_loss false)
+    objective, labels = CountingObjective(), torch.tensor([0, 1, 0, 2, 1, 0])
+    labelled = torch.tensor([True, True, False, True, True, False])
+    embedding = {"features": []}
+    loss, parts = semi_supervised_loss(objective, embedding, labels, labelled, None, label_loss=False)
+    # plain on the 2 unlabelled rows: 2 + 0.5, split as the objective splits it; within each class: (1 + 0.5)
+    # + (2 + 0.5) + (1 + 0.5)
+    assert loss.item() == 2.5 + 5.5
+    assert {k: v.item() for k, v in parts.items()} == {"loss_objective": 2.0, "loss_inter_client": 0.5,
+                                                         "loss_within_class": 5.5}
+    # one labelled row (row 3): its class's term, 1 + 0.5, is still added (and the label term, below)
+    one = torch.tensor([False, False, False, True, False, False])
+    loss, parts = semi_supervised_loss(objective, embedding, labels, one, None, label_loss=False)
+    assert loss.item() == 5.5 + 1.5 and parts["loss_within_class"].item() == 1.5
+    # within_class false: the plain loss on all six rows, even when every row is labelled
+    for mask in (labelled, torch.ones(6, dtype=torch.bool)):
+        loss, parts = semi_supervised_loss(objective, embedding, labels, mask, None, within_class=False,
+                                           label_loss=False)
+        assert loss.item() == 6.5
+        assert {k: v.item() for k, v in parts.items()} == {"loss_objective": 6.0, "loss_inter_client": 0.5}
