@@ -92,3 +92,13 @@ def test_fedema_s_default_tau_is_the_easyfl_readme_s(synthetic_raw):
     0.8); ``fedavg/fedema.yaml`` leaves it at the default. No fixed scaler: lambda = tau / d."""
     _, method = make(synthetic_raw, "fedema")
     assert method.config.ema_tau == 0.7 and method.config.ema_scaler == 0.0
+
+
+def test_mu_is_tau_at_the_second_participation_however_small_the_divergence(synthetic_raw):
+    """lambda = tau / d_1 for any d_1 > 0 (a client that barely moved too: d_1 = 2e-4 gives lambda = 3500,
+    mu = tau = 0.7); a kept lambda times a later d: 3500 x 1e-4 = 0.35; with no movement at all, mu = 0."""
+    _, method = make(synthetic_raw, "fedema", ema_tau=0.7)
+    assert method.blend({"distance": 2e-4}) == pytest.approx(0.7)
+    assert method.scaler({"distance": 2e-4}) == pytest.approx(3500.0)
+    assert method.blend({"distance": 1e-4, "scaler": 3500.0}) == pytest.approx(0.35)
+    assert method.blend({"distance": 0.0}) == 0.0
