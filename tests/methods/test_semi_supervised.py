@@ -231,3 +231,16 @@ def test_the_plain_loss_keeps_the_objective_s_own_parts_and_covers_every_row_wit
                                            label_loss=False)
         assert loss.item() == 6.5
         assert {k: v.item() for k, v in parts.items()} == {"loss_objective": 6.0, "loss_inter_client": 0.5}
+
+
+def test_the_label_classifier_has_one_output_per_class_of_the_data(synthetic_raw):
+    """The label classifier maps the backbone features to the data's classes: 7 classes -> 7 logits (every
+    other test's data have 10)."""
+    from methods import build_method
+    from methods.base import DataSpec
+    from simulator.scenario import resolve
+    scenario = resolve({**synthetic_raw, "method": {"name": "fedavg", "objective": "simclr", "labelled_fraction": 0.5}})
+    workspace = build_method(scenario, DataSpec(1, 28, 7, (40, 40))).make_workspace(torch.device("cpu"))
+    classifier = workspace.online["label_classifier"]
+    assert classifier.out_features == 7
+    assert classifier.in_features == workspace.online["projector"][0].in_features  # the backbone's width
