@@ -146,7 +146,11 @@ def test_setup_memory_is_target_projections_in_train_mode_with_statistics_restor
     statistics (centred coordinates), in batches of ``batch_size``; BatchNorm buffers unchanged."""
     method, scenario, state, _ = after_setup
     workspace = method.make_workspace(torch.device("cpu"))
-    broadcast = method.broadcast(state, context(scenario, 0))
+    weights = dict(state["weights"])
+    generator = torch.Generator().manual_seed(12)
+    for name in parameter_names(method, "target"):  # a target other than the online model
+        weights[name] = weights[name] + 0.05 * torch.randn(weights[name].shape, generator=generator)
+    broadcast = method.broadcast({**state, "weights": weights}, context(scenario, 0))
     for name, slot in workspace.slots.items():
         slot.copy_(broadcast["weights"][name])
     ctx = context(scenario, 0)
@@ -156,16 +160,21 @@ def test_setup_memory_is_target_projections_in_train_mode_with_statistics_restor
     target = copy.deepcopy(workspace.target).train()
     with torch.no_grad():
         expected = F.normalize(target["projector"](target["encoder"](to_float(data.images[rows]))), dim=1)
+        online = copy.deepcopy(workspace.online).train()
+        by_online = F.normalize(online["projector"](online["encoder"](to_float(data.images[rows]))), dim=1)
     assert torch.allclose(memory, expected, atol=1e-5)
+    assert not torch.allclose(memory, by_online, atol=1e-3)
     for name, slot in workspace.slots.items():
         assert torch.equal(slot, broadcast["weights"][name]), name
 
 
-def test_setup_memory_is_projected_batch_by_batch(after_setup):
+@pytest.mark.parametrize("batch_size", [4, 3])
+def test_setup_memory_is_projected_batch_by_batch(after_setup, batch_size):
     """With a memory of two batches, each batch is projected with its own batch statistics (the
-    reference's reset_memory runs its data loader's batches), not the whole memory at once."""
+    reference's reset_memory runs its data loader's batches), not the whole memory at once; with
+    batches of 3 the 8 rows make 8 // 3 = 2 chunks of 4 (at least batch_size rows each), not 3, 3, 2."""
     _, _, state, _ = after_setup
-    method, scenario = setup(training={"batch_size": 4})
+    method, scenario = setup(training={"batch_size": batch_size})
     workspace = method.make_workspace(torch.device("cpu"))
     copy_into(workspace.slots, method.broadcast(state, context(scenario, 0))["weights"])
     ctx = context(scenario, 0)
@@ -220,6 +229,10 @@ def test_memory_keeps_the_most_recent_projections():
         memory.push(torch.arange(start, start + 3, dtype=torch.float32)[:, None])
     assert memory.contents().flatten().tolist() == [7, 8, 9, 10, 11]
     assert len(memory.batches) == 2  # older batches are dropped
+    exact = RecentProjections(6)  # two batches of 3 fill it exactly: the third-newest is dropped
+    for start in range(0, 12, 3):
+        exact.push(torch.arange(start, start + 3, dtype=torch.float32)[:, None])
+    assert exact.contents().flatten().tolist() == [6, 7, 8, 9, 10, 11] and len(exact.batches) == 2
 
 
 # ---- the client step, replayed by hand -----------------------------------------------------------
@@ -573,6 +586,10 @@ def test_kmeans_global_clustering_separates_the_clients_groups(after_setup):
         stream = torch.Generator().manual_seed(derive_seed(scenario["seed"], round_index, "global-clustering"))
         hand = equal_size_clustering(local, 2, stream, scenario["method"]["clustering_iterations"])
         got, _ = method.server_update(after_setup[2], None, records, context(scenario, round_index, (0, 1)))
+        assert torch.equal(got["centroids"], hand)
+        # records in arrival order, not id order: the points are still concatenated by client id
+        arrived = {1: records[1], 0: records[0]}
+        got, _ = method.server_update(after_setup[2], None, arrived, context(scenario, round_index, (0, 1)))
         assert torch.equal(got["centroids"], hand)
 
 
