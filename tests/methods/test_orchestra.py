@@ -688,9 +688,89 @@ def test_rotation_only_ablation_trains_on_the_rotation_loss_alone(after_setup):
     ("clustering", False, "method.clustering: expected true when degeneracy is false"),
     ("num_local_clusters", 0, "method.num_local_clusters: expected a positive integer, got 0"),
     ("temperature", 0.0, "method.temperature: expected a positive number, got 0.0"),
+    ("global_clustering_lr", 0.0, "method.global_clustering_lr: expected a positive number, got 0.0"),
+    ("num_global_clusters", 2 ** 16 + 1, "method.num_global_clusters: expected at most 65536"),
     ("target_momentum", 1.5, r"method.target_momentum: expected a number in \[0, 1\], got 1.5"),
     ("global_clustering", "spectral", "method.global_clustering: expected one of sgd, kmeans, got 'spectral'"),
 ])
 def test_bad_values_are_one_line_errors(key, value, message):
     with pytest.raises(ValueError, match=message):
         setup(**{key: value, **({"degeneracy": False} if key == "clustering" else {})})
+
+
+def test_the_largest_cluster_counts_are_accepted():
+    setup(num_global_clusters=2 ** 16, num_local_clusters=2 ** 16)  # MAX_CLUSTERS itself is allowed
+
+
+def one_loop_by_hand(points, num_clusters, generator):
+    """One loop of the equal-size clustering written out: centroids at the first ``num_clusters`` rows
+    of a random permutation (the generator's first draw), each point to the argmax of its 10-iteration
+    transport (``hand_sinkhorn``), each centroid the normalised mean of its members (none is empty)."""
+    centroids = points[torch.randperm(len(points), generator=generator)[:num_clusters]]
+    choice = hand_sinkhorn(points @ centroids.T, iterations=10).argmax(dim=1)
+    assert torch.bincount(choice, minlength=num_clusters).min() > 0, "the hand computation assumes no empty cluster"
+    return torch.stack([F.normalize(points[choice == index].mean(dim=0), dim=0) for index in range(num_clusters)])
+
+
+def test_clustering_iterations_sets_the_loops_of_the_local_and_kmeans_clusterings(after_setup):
+    """``clustering_iterations: 1``: the client's local centroids (and with ``kmeans`` the server's
+    global ones) are one loop of the clustering, not the default five."""
+    method, scenario = setup(clustering_iterations=1, global_clustering="kmeans")
+    points = F.normalize(torch.randn(48, DIM, generator=torch.Generator().manual_seed(4)), dim=1)
+    local = method.local_centroids(points, torch.Generator().manual_seed(9))
+    assert torch.allclose(local, one_loop_by_hand(points, LOCAL, torch.Generator().manual_seed(9)), atol=1e-6)
+    five = equal_size_clustering(points, LOCAL, torch.Generator().manual_seed(9), iterations=5)
+    assert not torch.allclose(local, five, atol=1e-3)
+    records = {0: {"centroids": points[:24]}, 1: {"centroids": points[24:]}}
+    got, _ = method.server_update(after_setup[2], None, records, context(scenario, 1, (0, 1)))
+    stream = torch.Generator().manual_seed(derive_seed(scenario["seed"], 1, "global-clustering"))
+    assert torch.allclose(got["centroids"], one_loop_by_hand(points, GLOBAL, stream), atol=1e-6)
+    stream = torch.Generator().manual_seed(derive_seed(scenario["seed"], 1, "global-clustering"))
+    assert not torch.allclose(got["centroids"], equal_size_clustering(points, GLOBAL, stream, iterations=5), atol=1e-3)
+
+
+def test_defaults_are_the_reference_config():
+    """The reference's config.py: G 128, L 16, a memory of 128, T 0.1, 5 loops of the local clustering,
+    500 global SGD steps at lr 0.01; the paper's cross-device EMA rate 0.996."""
+    method, _ = setup()
+    defaults = type(method.config)()
+    assert (defaults.num_global_clusters, defaults.num_local_clusters, defaults.memory_size) == (128, 16, 128)
+    assert (defaults.temperature, defaults.target_momentum, defaults.clustering_iterations) == (0.1, 0.996, 5)
+    assert (defaults.global_clustering_steps, defaults.global_clustering_lr) == (500, 0.01)
+    assert defaults.global_clustering == "sgd"
+
+
+def test_client_step_runs_in_train_mode_from_a_workspace_left_in_eval_mode(after_setup):
+    """Online and target run in train mode (batch statistics) whatever mode the workspace was left in."""
+    method, scenario, state, _ = after_setup
+    ctx = context(scenario, 1)
+    broadcast = method.broadcast(state, ctx)
+    uploads = []
+    for mode in ("train", "eval"):
+        workspace = method.make_workspace(torch.device("cpu"))
+        workspace.online.train(mode == "train"), workspace.target.train(mode == "train")
+        uploads.append(method.client_update(workspace, broadcast, None, ClientData(1, *CLIENTS[1]), ctx))
+    for name, value in uploaded(uploads[0]).items():
+        assert torch.equal(uploaded(uploads[1])[name], value), name
+
+
+def test_setup_memory_with_reference_views_projects_views_of_augment(after_setup):
+    """``reference_views``: the setup memory holds the target's projections of views T(x) (``augment``,
+    as the reference's reset_memory), drawn after the rows, not of views T'(x)."""
+    views = {"augment": {"blur_prob": 0.5}, "augment_prime": {"blur_prob": 0.1, "solarize_prob": 0.2}}
+    method, scenario = setup(sections=views, reference_views=True)
+    workspace = method.make_workspace(torch.device("cpu"))
+    copy_into(workspace.slots, method.broadcast(after_setup[2], context(scenario, 0))["weights"])
+    ctx = context(scenario, 0)
+    data = ClientData(0, *CLIENTS[0])
+    memory = method.fill_memory(workspace, data, ctx, ctx.client_generator(0, "train"))
+    target = copy.deepcopy(workspace.target).train()
+    expected = {}
+    for name in ("augment", "augment_prime"):
+        generator = ctx.client_generator(0, "train")
+        rows = torch.randperm(len(data.labels), generator=generator)[:8]
+        with torch.no_grad():
+            view = getattr(workspace, name)(to_float(data.images[rows]), generator)
+            expected[name] = F.normalize(target["projector"](target["encoder"](view)), dim=1)
+    assert torch.allclose(memory, expected["augment"], atol=1e-5)
+    assert not torch.allclose(memory, expected["augment_prime"], atol=1e-3)
