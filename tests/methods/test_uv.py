@@ -196,3 +196,26 @@ def test_uv_head_gradient_reaches_only_the_own_row():
 def test_bad_values_are_one_line_errors(synthetic_raw, method, message):
     with pytest.raises(ValueError, match=message):
         setup(synthetic_raw, **method)
+
+
+def test_uv_head_loads_the_own_row_and_puts_it_in_its_own_place_only():
+    rows = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    head = UVHead(3, 2)
+    head.load(rows, client_id=1)
+    assert torch.equal(head.own_row.detach(), rows[1])
+    head.own_row.data.copy_(torch.tensor([0.8, 0.6]))
+    assert torch.equal(head.weights().detach(), torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.6, 0.8]]))
+
+
+def test_uv_term_takes_one_view_each_through_the_projector():
+    # the term is uv_weight * (CE(view 1) + CE(view 2)) with each view's features projected
+    from methods.uv import UVTerm
+    rows = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    head = UVHead(2, 2)
+    head.load(rows, client_id=0)
+    term = UVTerm(head, torch.nn.Identity(), 0.5)
+    e = math.e
+    loss = term.loss({"features": (torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 3.0]]))})
+    # view 1 logits (1, 0), view 2 logits (0, 1), label 0
+    expected = 0.5 * (-math.log(e / (e + 1)) - math.log(1 / (1 + e)))
+    assert math.isclose(loss.item(), expected, rel_tol=1e-6)
