@@ -483,6 +483,10 @@ def test_the_rad_is_the_held_out_images_handed_in(synthetic_raw):
     _, too_big = make(synthetic_raw, rad_size=201)  # 500 test images, 300 evaluated
     with pytest.raises(ValueError, match=r"^method.rad_size: expected at most 200 .*got 201$"):
         too_big.init_state()
+    # check_data (before any run): a RAD of exactly the 200 left-out images fits, 201 do not
+    method.check_data(method.config, method.spec.held_out)
+    with pytest.raises(ValueError, match=r"^method.rad_size: expected at most 200 .*got 201$"):
+        too_big.check_data(too_big.config, too_big.spec.held_out)
 
 
 @pytest.mark.parametrize("method, match", [
@@ -498,10 +502,24 @@ def test_the_rad_is_the_held_out_images_handed_in(synthetic_raw):
      r"^<scenario>: method.tiers\[1\].encoder: expected a value no earlier item has, got 'small_cnn'$"),
     ({"tiers": [{"fraction": 0, "encoder": "small_cnn"}]}, r"method.tiers\[0\].fraction: expected a positive number"),
     ({"tiers": [{"fraction": 1.0}]}, r"method.tiers\[0\]: expected a mapping \{fraction, encoder\}"),
+    ({"rad_size": 1, "rad_batch_size": 1}, r"^<scenario>: method.rad_size: expected an integer >= 2"),
+    ({"rad_batch_size": 1}, r"^<scenario>: method.rad_batch_size: expected an integer >= 2"),
+    ({"eval_clients_per_tier": 0}, r"^<scenario>: method.eval_clients_per_tier: expected a positive integer"),
+    ({"tiers": [{"fraction": 0.5, "encoder": "small_cnn"}, {"fraction": 0.45, "encoder": "large_cnn"}]},
+     "method.tiers: expected fractions summing to 1"),
 ])
 def test_bad_values_are_one_line_errors(synthetic_raw, method, match):
     with pytest.raises(ValueError, match=match):
         make(synthetic_raw, **method)
+
+
+@pytest.mark.parametrize("method", [{"mu": 0.0}, {"rad_size": 8, "rad_batch_size": 8}, {"target_momentum": 1.0},
+                                    {"target_momentum": 0.0}, {"rad_size": 2, "rad_batch_size": 2}])
+def test_boundary_values_are_accepted(synthetic_raw, method):
+    """The closed ends of the rules: mu = 0 (local SSL), a RAD batch of the whole RAD, a frozen or
+    copied target (momentum 1 or 0), the smallest RAD (2 images)."""
+    _, built = make(synthetic_raw, **method)
+    assert all(getattr(built.config, k) == v for k, v in method.items())
 
 
 def test_results_do_not_depend_on_the_number_of_workers(synthetic_raw):
