@@ -219,3 +219,9 @@ def test_uv_term_takes_one_view_each_through_the_projector():
     # view 1 logits (1, 0), view 2 logits (0, 1), label 0
     expected = 0.5 * (-math.log(e / (e + 1)) - math.log(1 / (1 + e)))
     assert math.isclose(loss.item(), expected, rel_tol=1e-6)
+
+
+def test_uv_is_refused_with_centralized_training(synthetic_raw):
+    synthetic_raw["training"] = {**synthetic_raw["training"], "centralized": True}
+    with pytest.raises(ValueError, match="method.uv: expected false with training.centralized"):
+        setup(synthetic_raw)
