@@ -1,5 +1,7 @@
 """Tests for the batched augmentations in simulator.augment."""
 
+import math
+
 import pytest
 import torch
 
@@ -232,31 +234,37 @@ def test_the_torchvision_crop_sampler_draws_the_boxes_torchvision_draws(height, 
 def test_the_torchvision_crop_sampler_falls_back_to_torchvision_s_central_crop():
     """No draw fits (the whole area at ratios of 2 to 3 on a square image): every box is torchvision's
     fallback, the central crop at the nearest ratio, 14 x 28 from row 7; with a ratio of 1/3 to 1/2,
-    28 x 14 from column 7."""
+    28 x 14 from column 7; at ratios from 2.6, 28 / 2.6 = 10.77 rows rounded to 11, from row
+    (28 - 11) // 2 = 8 (an odd margin: rounded down, as torchvision's)."""
     from simulator.augment import torchvision_pixel_boxes
-    for ratio, expected in (((2.0, 3.0), [7, 0, 14, 28]), ((1 / 3, 1 / 2), [0, 7, 28, 14])):
+    for ratio, expected in (((2.0, 3.0), [7, 0, 14, 28]), ((1 / 3, 1 / 2), [0, 7, 28, 14]),
+                            ((2.6, 3.0), [8, 0, 11, 28]), ((1 / 3, 1 / 2.6), [0, 8, 28, 11])):
         config = AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=ratio, crop_sampler="torchvision")
         boxes = torchvision_pixel_boxes(config, 50, 28, 28, seeded(0))
         assert boxes.tolist() == [expected] * 50 == torchvision_box_draws(config, 50, 28, 28).tolist()
 
 
-def test_a_torchvision_box_is_resampled_as_torchvision_s_resized_crop_where_it_samples_inside_the_box():
+@pytest.mark.parametrize("flip_prob", [0.0, 0.5])
+def test_a_torchvision_box_is_resampled_as_torchvision_s_resized_crop_where_it_samples_inside_the_box(flip_prob):
     """The augmentation with ``crop_sampler: torchvision`` crops the box it draws: away from the
     output's outer ceil(28 / 2h - 1/2) rows and columns of an h-pixel box (where the simulator samples
     beyond the box, torchvision clamps to it; two or more for boxes under a third of the image, among
-    these) every pixel is torchvision's ``resized_crop`` of that box."""
-    import math
-
+    these) every pixel is torchvision's ``resized_crop`` of that box, flipped horizontally after the
+    crop where the flip is drawn (the crop of the same box, not of its mirror image)."""
     import torchvision.transforms.functional as TF
 
     from simulator.augment import torchvision_pixel_boxes
-    config = AugmentConfig(crop_scale=(0.04, 1.0), flip_prob=0.0, jitter_prob=0.0, crop_sampler="torchvision")
+    config = AugmentConfig(crop_scale=(0.04, 1.0), flip_prob=flip_prob, jitter_prob=0.0, crop_sampler="torchvision")
     images = random_images(batch=100, channels=3, size=28)
     out = BatchAugment(config)(images, seeded(4))
-    boxes = torchvision_pixel_boxes(config, 100, 28, 28, seeded(4))  # the augmentation's first draws
+    generator = seeded(4)
+    boxes = torchvision_pixel_boxes(config, 100, 28, 28, generator)  # the augmentation's first draws
+    flips = torch.rand(100, generator=generator) < flip_prob  # then the flips
     assert len(set(map(tuple, boxes.tolist()))) > 90 and (boxes[:, 2:] * 3 < 28).any()
-    for image, augmented, (top, left, box_h, box_w) in zip(images, out, boxes.tolist()):
+    assert flips.sum() == 0 if flip_prob == 0 else 30 < flips.sum() < 70
+    for image, augmented, (top, left, box_h, box_w), flip in zip(images, out, boxes.tolist(), flips):
         reference = TF.resized_crop(image, top, left, box_h, box_w, [28, 28], antialias=True)
+        reference = TF.hflip(reference) if flip else reference
         rows, columns = math.ceil(28 / (2 * box_h) - 0.5), math.ceil(28 / (2 * box_w) - 0.5)
         inside = (slice(None), slice(rows, 28 - rows), slice(columns, 28 - columns))
         torch.testing.assert_close(augmented[inside], reference[inside], atol=3e-6, rtol=0)
@@ -461,3 +469,187 @@ def test_solarize_is_pillow_s_and_the_pipeline_blurs_then_solarises_the_images_d
     expected = torch.where(solarized.view(-1, 1, 1, 1), solarize(blurred), blurred)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
     assert not torch.allclose(out, torch.where(solarized.view(-1, 1, 1, 1), blurred, solarize(blurred)))
+
+
+def test_the_jitter_draws_are_one_stream_in_the_documented_order():
+    """:meth:`BatchAugment.jitter_draw` from the generator, in turn: whether each image is jittered
+    (``jitter_prob``), then brightness, contrast and saturation factors in [max(0, 1 - s), 1 + s], the
+    hue shift in [-hue, hue] (1 and 0 where not jittered) and the order, a permutation per image from
+    the argsort of four uniforms; nothing else is drawn. (The other tests replay the draws through
+    ``jitter_draw`` itself, so another order of these draws, a negated shift or another permutation
+    passed them.)"""
+    config = AugmentConfig(jitter_prob=0.6, brightness=0.5, contrast=0.3, saturation=1.5, hue=0.2,
+                           jitter_order="random")
+    generator = seeded(4)
+    draw = BatchAugment(config).jitter_draw(50, generator)
+    replay = seeded(4)
+    applied = torch.rand(50, generator=replay) < 0.6
+    expected = {"applied": applied}
+    for name, low, high, neutral in (("brightness", 0.5, 1.5, 1.0), ("contrast", 0.7, 1.3, 1.0),
+                                     ("saturation", 0.0, 2.5, 1.0), ("hue", -0.2, 0.2, 0.0)):
+        uniform = low + (high - low) * torch.rand(50, generator=replay)
+        expected[name] = torch.where(applied, uniform, torch.tensor(neutral))
+    expected["order"] = torch.rand(50, 4, generator=replay).argsort(dim=1)
+    assert 10 < applied.sum() < 40 and set(draw) == set(expected)
+    assert torch.equal(draw["applied"], applied) and torch.equal(draw["order"], expected["order"])
+    for name in ("brightness", "contrast", "saturation", "hue"):
+        torch.testing.assert_close(draw[name], expected[name], atol=1e-6, rtol=0)
+    assert torch.equal(generator.get_state(), replay.get_state())
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_the_defaults_draw_the_crop_the_flip_and_the_jitter_only(channels):
+    """``AugmentConfig()`` (the scenarios' defaults) draws from the generator exactly nine uniforms
+    per image, as kept runs drew them: the crop's area, log ratio and two places, the flip, whether
+    jittered and three jitter factors; no grayscale, hue, order, blur or solarisation draw (each drawn
+    only where configured), so the next batch from the same generator is what it always was."""
+    images = random_images(batch=16, channels=channels)
+    generator = seeded(9)
+    BatchAugment(AugmentConfig())(images, generator)
+    replay = seeded(9)
+    for _ in range(9):
+        torch.rand(16, generator=replay)
+    assert torch.equal(generator.get_state(), replay.get_state())
+
+
+def test_single_channel_images_take_brightness_and_contrast_as_torchvision_adjusts_them():
+    """1-channel images (Fashion-MNIST's): brightness, then contrast (the blend with the image's mean),
+    each torchvision's adjustment with the image's drawn factors; saturation and hue are ignored
+    (the factor test above runs on RGB images only, so a jitter that skipped contrast here passed)."""
+    import torchvision.transforms.functional as TF
+    config = AugmentConfig(**{**only(brightness=0.4, contrast=0.6, saturation=0.4).__dict__, "hue": 0.2})
+    images = 0.1 + 0.5 * random_images(batch=16, channels=1)
+    augment = BatchAugment(config)
+    out = augment._jitter(images, seeded(2))
+    draw = augment.jitter_draw(16, seeded(2))
+    assert (draw["contrast"] - 1).abs().max() > 0.3
+    for index, (image, augmented) in enumerate(zip(images, out)):
+        reference = TF.adjust_contrast(TF.adjust_brightness(image, draw["brightness"][index].item()),
+                                       draw["contrast"][index].item())
+        torch.testing.assert_close(augmented, reference, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("sampler, interpolation", [("uniform_area", "bilinear"), ("torchvision", "bilinear"),
+                                                    ("uniform_area", "bicubic")])
+def test_any_crop_of_a_uniform_image_is_that_image(sampler, interpolation):
+    """A crop of a one-colour image is that colour everywhere, the outer rows and columns of a box
+    on the image's edge included (where the bilinear resampling reads half a pixel beyond the image,
+    torchvision clamps to its edge: a zero padding there darkens them)."""
+    config = AugmentConfig(crop_scale=(0.08, 1.0), jitter_prob=0.0, crop_sampler=sampler, interpolation=interpolation)
+    images = torch.tensor([0.3, 0.7, 1.0]).view(1, 3, 1, 1).expand(200, 3, 24, 32)
+    out = BatchAugment(config)(images, seeded(6))
+    torch.testing.assert_close(out, images, atol=1e-6, rtol=0)
+
+
+def test_uniform_area_boxes_are_the_drawn_area_and_ratio_placed_by_the_drawn_uniforms():
+    """Each box from :func:`uniform_area_boxes`'s draws, in turn per batch: the area fraction a in
+    ``crop_scale``, the log aspect ratio (width / height in pixels) in log ``crop_ratio``, then
+    u, v in [-1, 1) placing it, then the flip. The box is sqrt(a H W r) x sqrt(a H W / r) pixels;
+    where that is wider (taller) than the image, the whole width (height) and a of the height (width).
+    Its centre is u (v) of the room left on either side, and a flipped image's x axis is mirrored
+    (the distributions alone are tested above: drawing the ratio first passed them)."""
+    height, width = 24, 32
+    config = AugmentConfig(crop_scale=(0.3, 1.0), crop_ratio=(0.5, 2.0), flip_prob=0.5)
+    theta = BatchAugment(config)._crop_theta(torch.zeros(300, 1, height, width), seeded(8))
+    replay = seeded(8)
+    area = 0.3 + 0.7 * torch.rand(300, generator=replay).double()
+    ratio = (math.log(0.5) + (math.log(2.0) - math.log(0.5)) * torch.rand(300, generator=replay).double()).exp()
+    u, v = (2 * torch.rand(300, generator=replay).double() - 1 for _ in range(2))
+    flip = torch.rand(300, generator=replay) < 0.5
+    box_w, box_h = (area * height * width * ratio).sqrt(), (area * height * width / ratio).sqrt()
+    wide, tall = box_w > width, box_h > height
+    assert 10 < wide.sum() < 150 and 10 < tall.sum() < 150 and 50 < flip.sum() < 250
+    half_width = torch.where(wide, 1.0, torch.where(tall, area, box_w / width))
+    half_height = torch.where(tall, 1.0, torch.where(wide, area, box_h / height))
+    expected = torch.zeros(300, 2, 3, dtype=torch.float64)
+    expected[:, 0, 0] = torch.where(flip, -half_width, half_width)
+    expected[:, 0, 2] = (1 - half_width) * u
+    expected[:, 1, 1] = half_height
+    expected[:, 1, 2] = (1 - half_height) * v
+    torch.testing.assert_close(theta.double(), expected, atol=1e-5, rtol=0)
+
+
+def test_torchvision_boxes_are_the_first_fitting_of_ten_drawn_boxes_placed_by_two_uniforms():
+    """:func:`torchvision_pixel_boxes` from its draws, computed per image here: ten area fractions for
+    every image, then ten log aspect ratios, then two uniforms per image (the top's, then the left's);
+    the first of the ten boxes round(sqrt(A r)) x round(sqrt(A / r)) that fits, at row
+    floor(t (H - h + 1)) and column floor(l (W - w + 1)), as ``RandomResizedCrop.get_params`` places
+    it; where none fits, the central crop (the distribution test above passed the top's and left's
+    uniforms swapped)."""
+    from simulator.augment import torchvision_pixel_boxes
+    height, width, batch = 24, 32, 200
+    config = AugmentConfig(crop_scale=(0.5, 1.0), crop_ratio=(0.5, 2.0), crop_sampler="torchvision")
+    boxes = torchvision_pixel_boxes(config, batch, height, width, seeded(3))
+    replay = seeded(3)
+    scales = torch.rand(batch, 10, generator=replay).tolist()
+    log_ratios = torch.rand(batch, 10, generator=replay).tolist()
+    places = torch.rand(batch, 2, generator=replay).tolist()
+    expected, tries = [], []
+    for scale, log_ratio, (t, l) in zip(scales, log_ratios, places):
+        for attempt in range(10):
+            area = height * width * (0.5 + 0.5 * scale[attempt])
+            ratio = math.exp(math.log(0.5) + (math.log(2.0) - math.log(0.5)) * log_ratio[attempt])
+            w, h = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
+            if 0 < w <= width and 0 < h <= height:
+                tries.append(attempt)
+                expected.append([math.floor(t * (height - h + 1)), math.floor(l * (width - w + 1)), h, w])
+                break
+        else:  # none fits: the central crop, here the whole image (its ratio 4/3 lies in crop_ratio)
+            expected.append([0, 0, height, width])
+    assert boxes.tolist() == expected
+    assert max(tries) >= 2 and len(tries) < batch and sum(h < height - 2 and w < width - 2
+                                                          for _, _, h, w in expected) > 50
+
+
+def test_solarize_inverts_float_pixels_from_128_of_255():
+    """Between Pillow's levels (a jittered or blurred image's pixels): a pixel is inverted from
+    128 / 255 = 0.50196 up (any threshold between 127 and 128 levels passed the level-only test)."""
+    pixels = torch.tensor([0.4, 0.5, 0.5019, 128 / 255, 0.5021, 1.0])
+    torch.testing.assert_close(solarize(pixels), torch.tensor([0.4, 0.5, 0.5019, 127 / 255, 0.4979, 0.0]),
+                               atol=1e-6, rtol=0)
+
+
+def test_blurred_white_images_stay_in_the_unit_range():
+    """The blur's normalised kernel sums to 1 only up to rounding (a white image blurs to 1 + 2e-7):
+    the augmentation's output is clamped to [0, 1] as its input was."""
+    images = torch.ones(16, 3, 8, 8)
+    out = BatchAugment(AugmentConfig(**{**NO_CROP.__dict__, "blur_prob": 1.0, "blur_kernel": 5}))(images, seeded(0))
+    assert out.max() == 1.0 and out.min() > 1 - 1e-6
+
+
+def test_a_hue_shift_of_zero_returns_the_image_as_it_is():
+    """``_hue`` with a zero shift for some images: those are returned bit for bit (the HSV round trip
+    alone moves pixels, as torchvision's ``adjust_hue(image, 0)`` does); the others are shifted. (In
+    the pipeline the images not jittered never reach it, so only this call sees the zero.)"""
+    import torchvision.transforms.functional as TF
+
+    from simulator.augment import ADJUSTMENTS
+    images = random_images(batch=4)
+    shift = torch.tensor([0.0, 0.1, 0.0, -0.2])
+    out = ADJUSTMENTS["hue"](images, shift)
+    assert torch.equal(out[0], images[0]) and torch.equal(out[2], images[2])
+    assert not torch.equal(TF.adjust_hue(images[0], 0.0), images[0])
+    for index in (1, 3):
+        torch.testing.assert_close(out[index], TF.adjust_hue(images[index], shift[index].item()), atol=1e-6, rtol=0)
+
+
+def test_a_scenario_s_augment_section_becomes_a_config_of_tuples():
+    """``from_scenario``: the YAML lists become tuples, so the config equals (and hashes as) the one
+    written with tuples."""
+    section = {"crop_scale": [0.5, 1.0], "crop_ratio": [0.5, 2.0], "blur_sigma": [0.2, 1.0], "flip_prob": 0.25}
+    config = AugmentConfig.from_scenario(section)
+    expected = AugmentConfig(crop_scale=(0.5, 1.0), crop_ratio=(0.5, 2.0), blur_sigma=(0.2, 1.0), flip_prob=0.25)
+    assert config == expected and hash(config) == hash(expected)
+
+
+def test_the_config_s_defaults_are_the_scenarios_and_torchvision_s_ratio():
+    """``AugmentConfig()`` is the resolved scenario's ``augment:`` section (a scenario without one), and
+    the aspect ratios, which no scenario sets, are torchvision's ``RandomResizedCrop`` default 3/4 to 4/3."""
+    import inspect
+
+    from torchvision.transforms import RandomResizedCrop
+
+    from simulator.scenario import resolve
+    assert AugmentConfig.from_scenario(resolve({"seed": 0})["augment"]) == AugmentConfig()
+    ratio = inspect.signature(RandomResizedCrop).parameters["ratio"].default
+    assert AugmentConfig().crop_ratio == ratio == (3 / 4, 4 / 3)
