@@ -22,6 +22,10 @@ def test_per_client_encoders_get_group_mean_std_and_overall_mean():
     assert logged["eval/large/knn_top1_std"] == 0.0
     assert logged["eval/small/client_1/knn_top1"] == 0.7
     assert logged["eval/knn_top1"] == pytest.approx(0.7)
+    # uneven values: the overall value is their mean (0.7), not their median (0.6)
+    overall, logged = summarize_evaluations({"a/0": {"knn_top1": 0.5}, "a/1": {"knn_top1": 0.6},
+                                            "b/2": {"knn_top1": 1.0}})
+    assert overall["knn_top1"] == pytest.approx(0.7) and logged["eval/knn_top1"] == pytest.approx(0.7)
 
 
 def test_align_and_uniformity_are_scored_on_the_training_images_under_the_scenarios_augmentation(synthetic_raw):
@@ -317,3 +321,108 @@ def test_the_evaluation_cache_evaluates_again_whatever_its_key_holds_changes(syn
     for count, (networks, changed_data, changed_scenario) in enumerate(changes, start=2):
         cache.evaluate_networks(networks, changed_data, changed_scenario)
         assert len(evaluated) == count
+
+
+def test_align_and_uniformity_take_the_first_two_thousand_training_images():
+    """2,100 training images (one-pixel-high strips, pixels as the features): Align and Unif are
+    those of the first 2,000 under the scenario's augmentation, drawn from (seed, "align-uniform"),
+    not of all of them nor of fewer (the other tests' banks hold at most 2,000 images)."""
+    import torch
+
+    from simulator.augment import AugmentConfig, BatchAugment
+    from simulator.context import derive_seed
+    from simulator.evaluation.align_uniform import align_uniform_score
+    from simulator.evaluation.monitor import EvalData, evaluate_network
+    from simulator.scenario import resolve
+    generator = torch.Generator().manual_seed(0)
+    train_x = torch.randint(0, 256, (2100, 1, 1, 6), dtype=torch.uint8, generator=generator)
+    train_x[2000:] = 255  # the images past 2,000 change both terms
+    data = EvalData(train_x, torch.arange(2100) % 2, train_x[:40], torch.arange(40) % 2, num_classes=2)
+    scenario = resolve({"seed": 3, "eval": {"label_fractions": [], "knn_k": 5}, "augment": {"jitter_prob": 0.5}})
+    metrics = evaluate_network(torch.nn.ModuleDict({"encoder": torch.nn.Flatten()}), data, scenario)
+
+    def score(count):
+        generator = torch.Generator().manual_seed(derive_seed(3, "align-uniform"))
+        return align_uniform_score(torch.nn.Flatten(), train_x[:count], BatchAugment(AugmentConfig.from_scenario(
+            scenario["augment"])), generator)
+    expected = score(2000)
+    assert {name: metrics[name] for name in expected} == expected
+    for other in (score(2100), score(1000)):
+        assert other["unif"] != expected["unif"] and other["align"] != expected["align"]
+
+
+def small_eval_data():
+    """40 train and 20 test one-pixel-high strips of six pixels, two classes."""
+    import torch
+
+    from simulator.evaluation.monitor import EvalData
+    pixels = torch.randint(0, 256, (60, 1, 1, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    return EvalData(pixels[:40], torch.arange(40) % 2, pixels[40:], torch.arange(20) % 2, num_classes=2)
+
+
+def test_the_evaluation_cache_hands_out_copies_of_its_results():
+    """Two labels of one network, and a later hit, each get their own dict: a caller that edits one
+    (adds a metric, rounds a value) changes neither the other nor what the cache gives next."""
+    import torch
+
+    from simulator.evaluation.monitor import EvaluationCache, evaluate_network
+    from simulator.scenario import resolve
+    scenario = resolve({"seed": 1, "eval": {"label_fractions": [], "knn_k": 5}})
+    data, network = small_eval_data(), torch.nn.ModuleDict({"encoder": torch.nn.Flatten()})
+    expected = evaluate_network(network, data, scenario)
+    cache = EvaluationCache()
+    first = cache.evaluate_networks({"a": network, "b": network}, data, scenario)
+    first["a"]["knn_top1"], first["a"]["extra"] = -1.0, 0.0
+    assert first["b"] == expected
+    assert cache.evaluate_networks({"c": network}, data, scenario) == {"c": expected}
+
+
+def test_the_evaluation_data_key_holds_each_tensor_s_shape_and_dtype_and_the_class_count():
+    """Data whose tensors hold the same bytes in another shape or dtype, or that names another class
+    count, is other data: its settings key differs."""
+    import dataclasses
+
+    import torch
+
+    from simulator.evaluation.monitor import EvaluationCache
+    from simulator.scenario import resolve
+    scenario = resolve({"seed": 1})
+    data = small_eval_data()
+    variants = [data, dataclasses.replace(data, train_x=data.train_x.view(40, 1, 6, 1)),
+                dataclasses.replace(data, test_x=data.test_x.view(torch.int8)),
+                dataclasses.replace(data, num_classes=3)]
+    keys = {EvaluationCache().settings_key(variant, scenario) for variant in variants}
+    assert len(keys) == len(variants)
+
+
+def test_the_metric_names_of_fractional_label_percentages_are_evaluated_names():
+    """A label fraction of 0.5% or 12.5% names its metrics ``knn_top1_0p5pct``, ``finetune_top1_12p5pct``:
+    names a claim suite may name (the other tests' fractions are whole percentages)."""
+    from simulator.scenario import fraction_suffix
+    for fraction in (0.005, 0.125):
+        for name in ("knn_top1", "linear_top1", "finetune_top1"):
+            assert EVALUATED_METRIC.fullmatch(f"{name}_{fraction_suffix(fraction)}")
+    assert not EVALUATED_METRIC.fullmatch("knn_top1_0p5") and not EVALUATED_METRIC.fullmatch("knn_projector_top1_1pct")
+
+
+def test_the_evaluation_data_are_the_seeded_train_subset_and_the_labelled_rows_of_the_whole_train_set(synthetic_raw):
+    """``eval.train_subset`` rows of the train set drawn from (seed, "eval-train"); a semi-supervised
+    run's labelled samples are the method's labelled indices of the whole train set, not of that
+    subset (the other semi-supervised test keeps the whole set, where the two coincide)."""
+    import torch
+
+    from methods import METHODS
+    from simulator.context import derive_seed
+    from simulator.data.datasets import scenario_dataset, seeded_subset
+    from simulator.data.partition import build_partition
+    from simulator.evaluation.monitor import load_eval_data
+    from simulator.scenario import resolve
+    scenario = resolve({**synthetic_raw, "method": {"name": "fedavg", "objective": "simclr", "labelled_fraction": 0.1},
+                        "eval": {**synthetic_raw["eval"], "train_subset": 1000}})
+    data = load_eval_data(scenario)
+    full = scenario_dataset(scenario["dataset"], scenario["seed"])
+    train_x, train_y = seeded_subset(full.train_x, full.train_y, 1000, derive_seed(scenario["seed"], "eval-train"))
+    assert torch.equal(data.train_x, train_x) and torch.equal(data.train_y, train_y) and len(full.train_y) > 1000
+    rows = METHODS["fedavg"].labelled_train_indices(scenario, lambda: build_partition(scenario, full.train_y.numpy()))
+    assert len(rows) > 100 and rows.max() >= 1000
+    assert torch.equal(data.labelled_x, full.train_x[rows]) and torch.equal(data.labelled_y, full.train_y[rows])
