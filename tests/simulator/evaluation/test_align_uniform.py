@@ -85,3 +85,14 @@ def test_an_encoder_in_train_mode_is_scored_in_eval_mode_and_left_in_its_mode(tr
         assert score[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6)
     assert encoder.training == training and norm.training == training
     assert torch.equal(norm.running_mean, running[0]) and torch.equal(norm.running_var, running[1])
+
+
+def test_uniformity_is_the_mean_over_samples_of_an_uneven_set():
+    """Three samples, two at one point and one orthogonal to it (tau = 0.2): each sample's log-mean of
+    exp(s / tau) over all three, L_a = log((2 e^5 + 1) / 3) for the pair, L_b = log((2 + e^5) / 3) for the
+    third; Unif = -(2 L_a + L_b) / 3 (a median over samples, or a symmetric pair, gives -L_a)."""
+    features = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 0.5]])
+    pair, third = math.log((2 * math.exp(5) + 1) / 3), math.log((2 + math.exp(5)) / 3)
+    out = alignment_uniformity(features, features, tau=0.2)
+    assert out["unif"] == pytest.approx(-(2 * pair + third) / 3, rel=1e-9)
+    assert out["align"] == pytest.approx(1.0, rel=1e-9)
