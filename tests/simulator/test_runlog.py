@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import time
+import zipfile
 from datetime import datetime
 from pathlib import Path
 
@@ -595,6 +596,29 @@ def test_a_client_state_damaged_in_its_archive_directory_is_an_error_naming_it_n
             runlog.check_client_states(tmp_path)
         assert str(err.value) == (f"{client}: -: cannot be read ({reason}); expected a client state written by "
                                   f"fedssl run")
+
+
+def test_a_client_state_whose_zip64_directory_torch_refuses_is_named_before_the_run_not_by_a_worker(tmp_path):
+    """Python's zip reader passes over a ZIP64 end record's disk number and entry count, which torch's
+    reader refuses ("unsupported multidisk archive", "too many files"): such a file passed the CRC check
+    and stopped a resumed run when a worker first read it. Both readers now check it first."""
+    (tmp_path / "client_state").mkdir()
+    client = tmp_path / "client_state" / "client_000002.pt"
+    torch.save({"weights": torch.arange(500.0)}, client)
+    whole = client.read_bytes()
+    record = whole.rindex(b"PK\x06\x06")  # the ZIP64 end of central directory record
+    for field, reason in ((16, "unsupported multidisk archive"), (28, "too many files")):
+        damaged = bytearray(whole)
+        damaged[record + field] ^= 1
+        client.write_bytes(bytes(damaged))
+        with zipfile.ZipFile(client) as archive:
+            assert archive.testzip() is None  # Python's reader: whole
+        with pytest.raises(ScenarioError) as err:
+            runlog.check_client_states(tmp_path)
+        assert str(err.value) == (f"{client}: -: cannot be read (PytorchStreamReader failed reading zip archive: "
+                                  f"{reason}); expected a client state written by fedssl run")
+    client.write_bytes(whole)
+    runlog.check_client_states(tmp_path)  # whole again: nothing raised
 
 
 def test_metric_values_read_back_bit_for_bit(tmp_path):
