@@ -196,7 +196,9 @@ def test_labels_need_not_be_contiguous():
     (dict(kind="classes_per_client", k=0), r"k must be between 1 and the number of classes \(10\), got 0"),
     (dict(kind="classes_per_client", k=11), r"k must be between 1 and the number of classes \(10\), got 11"),
     (dict(kind="classes_per_client", k=1, num_clients=5), r"num_clients \* k must be at least the number of classes"),
-    (dict(kind="rotation", rotation_bins=0), "rotation_bins must be at least 1, got 0"),
+    (dict(kind="rotation", rotation_bins=0), r"rotation_bins must be between 1 and 360 \(bins of one degree .*, got 0"),
+    # every client drew a weight for each bin: numpy's MemoryError (745 GiB a client) before this bound
+    (dict(kind="joint", rotation_bins=10**11), r"rotation_bins must be between 1 and 360 .*, got 100000000000"),
     (dict(kind="rotation", rotation_alpha=0.0), "rotation_alpha must be positive, got 0.0"),
     (dict(labels=np.zeros((10, 2), dtype=int)), "labels must be a non-empty 1-D integer array"),
     (dict(labels=np.zeros(10)), "labels must be a non-empty 1-D integer array"),
