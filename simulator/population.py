@@ -131,7 +131,8 @@ class Population:
         online = self.online_clients(round_index)
         rng = np.random.default_rng(derive_seed(self.seed, round_index, "cohort"))
         wanted = cfg["clients_per_round"]
-        size = min(len(online), math.ceil(round(wanted * (1 + cfg["over_selection"]), 9)))  # 100 * 1.1 is 110
+        # 100 * 1.1 is 110; an over-selection past every online client (even 1e308, whose product is inf) takes them all
+        size = math.ceil(round(min(wanted * (1 + cfg["over_selection"]), len(online)), 9))
         sampled = np.sort(rng.choice(online, size=size, replace=False))
         stays = rng.random(len(sampled)) >= cfg["dropout"]
         seconds = (self.sizes[sampled] * self.local_epochs / self.speed[sampled]

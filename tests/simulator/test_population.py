@@ -57,6 +57,12 @@ def test_over_selection_samples_the_ceiling_of_the_exact_product(wanted, over, e
     assert len(pop.plan(1).sampled) == expected
 
 
+def test_an_over_selection_past_every_online_client_samples_them_all():
+    """``over_selection: 1e308`` made the product infinite: ``math.ceil``'s OverflowError in round 1, a traceback."""
+    for over in (9.0, 1e308):
+        assert population(over_selection=over).plan(1).sampled == tuple(range(200))
+
+
 def test_per_client_availability_spread_and_diurnal_cycle():
     pop = population(availability=0.5, availability_spread=0.4, diurnal_amplitude=0.5, diurnal_period=4)
     assert pop.availability.min() < 0.2 and pop.availability.max() > 0.8
