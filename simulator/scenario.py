@@ -105,6 +105,9 @@ KNN_MIN_TEMPERATURE = 0.0113
 # A Gaussian blur's kernel: its reflect padding, half of it, must stay below the smallest images' side (28).
 MAX_BLUR_KERNEL = 55
 MIN_BLUR_SIGMA = 1e-6  # a blur's standard deviation (pixels), of which float32 keeps a non-zero value
+# The diurnal cycle is sampled once a round: a period under two rounds is a longer one's alias (and one of 1e-320
+# made 2 pi round / period infinite, math.sin's ValueError in round 1).
+MIN_DIURNAL_PERIOD = 2.0
 PROBABILITIES = {"population.dropout", "population.availability", "augment.flip_prob", "augment.jitter_prob",
                  "augment.grayscale_prob", "augment.blur_prob", "augment.solarize_prob"}
 
@@ -446,6 +449,10 @@ def check_values(scenario: dict, source: str) -> None:
                             f"expected less than population.availability ({population['availability']}), or the "
                             f"clients whose availability it takes to 0 are never online; got "
                             f"{population['availability_spread']!r}")
+    if population["diurnal_period"] < MIN_DIURNAL_PERIOD:
+        raise ScenarioError(source, "population.diurnal_period",
+                            f"expected at least {MIN_DIURNAL_PERIOD:g} rounds (the cycle is sampled once a round: a "
+                            f"shorter period is a longer one's alias), got {population['diurnal_period']!r}")
     fractions = sum(tier["fraction"] for tier in population["speed_tiers"])
     if not math.isclose(fractions, 1.0, abs_tol=1e-6):
         raise ScenarioError(source, "population.speed_tiers", f"expected fractions summing to 1, got {fractions!r}")

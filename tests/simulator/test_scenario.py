@@ -38,6 +38,10 @@ def test_defaults_fill_a_minimal_scenario(tmp_path):
     ({"method": {"server_lr": float("inf")}}, "method.server_lr", "expected a finite number, got inf"),
     ({"population": {"num_clients": 5, "clients_per_round": 6}}, "population.clients_per_round",
      "expected at most population.num_clients (5), got 6"),
+    # 1e-320 made 2 pi round / period infinite: math.sin's ValueError in round 1, a traceback
+    ({"population": {"diurnal_period": 1e-320}}, "population.diurnal_period", "expected at least 2 rounds (the cycle "
+     "is sampled once a round: a shorter period is a longer one's alias), got 1e-320"),
+    ({"population": {"diurnal_period": 1.5}}, "population.diurnal_period", "expected at least 2 rounds"),
     ({"ray": {"worker": {"num_gpus": 1.5}}}, "ray.worker.num_gpus", "whole number of GPUs"),
     ({"ray": {"share_timeout_seconds": 0}}, "ray.share_timeout_seconds", "expected a positive number, got 0"),
     ({"ray": {"share_timeout_seconds": "1m"}}, "ray.share_timeout_seconds", "expected a number, got '1m'"),
@@ -535,10 +539,12 @@ def test_an_exponent_with_a_plus_sign_or_none_is_a_number_too(tmp_path):
     {"augment": {"blur_sigma": [0.1, FLOAT32_MAX]}},
     {"eval": {"knn_temperature": 0.0113}},
     {"name": "n" * 200},
-], ids=["hue-half", "largest-kernel", "smallest-sigma", "largest-sigma", "smallest-temperature", "name-200-bytes"])
+    {"population": {"diurnal_period": 2}},
+], ids=["hue-half", "largest-kernel", "smallest-sigma", "largest-sigma", "smallest-temperature", "name-200-bytes",
+        "shortest-diurnal-period"])
 def test_each_bound_itself_is_accepted(tmp_path, raw):
     """The documented bounds are inclusive: hue up to 0.5, a kernel up to 55, sigma from 1e-6 to float32's
-    largest, a kNN temperature from 0.0113, a name of up to 200 bytes."""
+    largest, a kNN temperature from 0.0113, a name of up to 200 bytes, a diurnal period from 2 rounds."""
     load_scenario(write(tmp_path, raw))
 
 
