@@ -54,6 +54,7 @@ from analysis.report import (LEARNING_MARGINS, NUMERICS_NOTE, PairedDifference, 
                              learning_table, mean_std, numerics_line, numerics_notes, paired_difference, pixel_table,
                              side_text)
 from simulator.evaluation.monitor import EVALUATED_METRIC
+from simulator.records import is_finite
 from simulator.runlog import check_directory_path, read_metrics, read_recorded_scenario, read_summary
 from simulator.scenario import ScenarioError, fraction_suffix, load_scenario, lookup, read_yaml
 
@@ -251,7 +252,7 @@ def read_suite(path: str | Path) -> Suite:
                 margin = item.get("margin")
                 if direction in NEEDS_MARGIN:
                     if (isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0
-                            or not math.isfinite(margin)):
+                            or not is_finite(margin)):
                         raise ScenarioError(source, f"{where}.margin", f"expected a positive finite number of "
                                                                        f"points with direction {direction}, got "
                                                                        f"{margin!r}")

@@ -733,6 +733,9 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
          "comparisons[0].margin: expected a positive finite number of points with direction equivalent, got None"),
         ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "equivalent", "margin": float("inf")}]},
          "comparisons[0].margin: expected a positive finite number of points with direction equivalent, got inf"),
+        # an integer past float's range: math.isfinite's OverflowError, a traceback
+        ({"comparisons": [{"arm": "a", "baseline": "b", "direction": "equivalent", "margin": 10**400}]},
+         "comparisons[0].margin: expected a positive finite number of points with direction equivalent, got 1000"),
         ({"primary": "linear_top5"}, "primary: expected a metric the evaluation gives (e.g. linear_top1"),
         ({"secondary": ["small_cnn/knn_top2"]}, "secondary: expected a metric the evaluation gives"),
         ({"secondary": ["knn_top1", "knn_top1"]}, "secondary: expected each metric once, got ['knn_top1', 'knn_top1']"),
