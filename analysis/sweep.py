@@ -72,7 +72,12 @@ def grid(overs: list[str]) -> tuple[list[str], list[list[str]]]:
 
 def value_key(value: Any) -> str:
     """What a swept value means, the same however it is written: a finite number as an exact fraction
-    (1 and 1.0 alike, 10**17 and 10**17 + 1 apart), anything else by its repr (True apart from 1)."""
+    (1 and 1.0 alike, 10**17 and 10**17 + 1 apart), a list or mapping by its items' (``[0.2,1.0]`` and
+    ``[0.2,1]`` alike), anything else by its repr (True apart from 1)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(map(value_key, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(sorted(f"{value_key(k)}: {value_key(v)}" for k, v in value.items())) + "}"
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return repr(Fraction(value) if number else value)
 

@@ -39,6 +39,13 @@ EXPECTED_OVER = ("expected dotted.key=value1,value2,... (a list value in bracket
     ("seed=1, 1", '--over: seed=1, 1: the values "1" and " 1" are one value; expected each value once'),
     ("augment.crop_scale=[0.2,1.0],[0.2, 1.0]", '--over: augment.crop_scale=[0.2,1.0],[0.2, 1.0]: the values '
                                                 '"[0.2,1.0]" and "[0.2, 1.0]" are one value; expected each value once'),
+    # a list's numbers written two ways ran the same point twice (a 100-round quickstart each)
+    ("augment.crop_scale=[0.2,1.0],[0.2,1]", '--over: augment.crop_scale=[0.2,1.0],[0.2,1]: the values "[0.2,1.0]" '
+                                             'and "[0.2,1]" are one value; expected each value once'),
+    ("population.speed_tiers=[{fraction: 1, samples_per_second: 9}],[{samples_per_second: 9.0, fraction: 1}]",
+     '--over: population.speed_tiers=[{fraction: 1, samples_per_second: 9}],[{samples_per_second: 9.0, fraction: 1}]: '
+     'the values "[{fraction: 1, samples_per_second: 9}]" and "[{samples_per_second: 9.0, fraction: 1}]" are one '
+     'value; expected each value once'),
     ("=1,2", f"--over: =1,2: {EXPECTED_OVER}"),
     ("seed=1,,2", f"--over: seed=1,,2: {EXPECTED_OVER}"),
     ("augment.crop_scale=[0.2,1.0],[0.35,1.0", f"--over: augment.crop_scale=[0.2,1.0],[0.35,1.0: {EXPECTED_OVER}"),
