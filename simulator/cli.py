@@ -145,7 +145,7 @@ def report(run_dirs: list[str], baseline: str | None, overrides: list[str] | Non
             print(note, file=sys.stderr)
         tables = [markdown_table(runs), learning_table(runs, learning_margins)]
         tables += [table] if (table := pixel_table(runs)) else []
-        tables += [paired_table(runs, baseline)] if baseline else []
+        tables += [paired_table(runs, baseline)] if baseline is not None else []  # --baseline '' names none
         tables += [code_line(runs) + "\n", numerics_line(runs) + "\n"]
         if plot:
             from analysis.curves import DEFAULT_METRICS, learning_curves, write_curves

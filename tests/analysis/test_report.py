@@ -172,6 +172,9 @@ def test_paired_table_differences_by_seed_against_the_baseline(tmp_path, capsys)
     assert "| new | 0,1 (unpaired, left out: 2,3) | +1.50" in capsys.readouterr().out
     assert main(["report", *map(str, dirs), "--baseline", "nope"]) == 2
     assert "--baseline: expected one of the scenario names ['base', 'new'], got 'nope'" in capsys.readouterr().err
+    assert main(["report", *map(str, dirs), "--baseline", ""]) == 2  # was the table without it, exit 0
+    assert capsys.readouterr().err == ("fedssl: error: --baseline: expected one of the scenario names ['base', 'new'], "
+                                       "got ''\n")
     assert main(["report", *map(str, dirs[:3]), "--baseline", "base"]) == 2  # no other scenario: an empty table
     assert capsys.readouterr().err == ("fedssl: error: --baseline: every run given is scenario 'base'; expected runs "
                                        "of another scenario too, to compare with it\n")
