@@ -274,7 +274,7 @@ def apply_override(raw: dict, item: str, source: str = "--set") -> None:
     """Apply one ``dotted.key=value`` (value parsed as YAML) to the raw scenario; an error names
     ``source`` (the command line's ``--set``, a claim suite's ``set``)."""
     key, sep, value = item.partition("=")
-    if not sep or not key:
+    if not sep or not all(key.split(".")):  # an empty part (".=1", "training..lr=1") names no key
         raise ScenarioError(source, item, "expected dotted.key=value")
     node = raw
     parts = key.split(".")

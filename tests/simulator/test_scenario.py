@@ -456,6 +456,10 @@ def test_a_set_splits_at_its_first_equals_sign_and_needs_a_key_and_sections_to_w
     path = write(tmp_path, {"name": "x"})
     assert load_scenario(path, ["name=run=1"])["name"] == "run=1"
     for item, message in (("=5", "--set: =5: expected dotted.key=value"),
+                          # were "--set: : unknown key; expected one of name, seed, ..." and "--set: training.: ..."
+                          (".=1", "--set: .=1: expected dotted.key=value"),
+                          ("training..lr=1", "--set: training..lr=1: expected dotted.key=value"),
+                          ("training.lr.=1", "--set: training.lr.=1: expected dotted.key=value"),
                           ("name.first=1", "--set: name.first: 'name' is not a section")):
         with pytest.raises(ScenarioError) as err:
             load_scenario(path, [item])
