@@ -137,7 +137,9 @@ def linear_probe_top1(
         Fraction of test rows classified correctly, in [0, 1].
     """
     mean = train_features.float().mean(dim=0)
-    std = train_features.float().std(dim=0).clamp_min(1e-6)
+    # one train row has no spread (its std is NaN, on which L-BFGS overflowed: eval.train_subset: 1): unscaled, as
+    # finetune's standardisation leaves it
+    std = train_features.float().std(dim=0).nan_to_num(1.0).clamp_min(1e-6)
     train_x = (train_features.float() - mean) / std
     test_x = (test_features.float() - mean) / std
     train_y = train_labels.long()

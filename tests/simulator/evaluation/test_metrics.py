@@ -95,6 +95,14 @@ def test_linear_probe_separates_gaussian_blobs():
     assert linear_probe_top1(1e3 * train, train_labels, 1e3 * test, test_labels, 3) == 1.0
 
 
+def test_a_linear_probe_on_one_train_row_predicts_its_class():
+    """``eval.train_subset: 1`` (or a label fraction's subset of one row): the row's std was NaN and L-BFGS
+    raised RuntimeError (a value that overflowed float), a traceback of fedssl evaluate or of a run's evaluator."""
+    generator = torch.Generator().manual_seed(0)
+    test, test_labels = gaussian_blobs(10, generator)
+    assert linear_probe_top1(test[:1], test_labels[:1], test, test_labels, num_classes=3) == pytest.approx(1 / 3)
+
+
 def test_linear_probe_is_at_chance_on_random_labels():
     generator = torch.Generator().manual_seed(0)
     train = torch.randn(2000, 16, generator=generator)
