@@ -137,9 +137,9 @@ def linear_probe_top1(
         Fraction of test rows classified correctly, in [0, 1].
     """
     mean = train_features.float().mean(dim=0)
-    # one train row has no spread (its std is NaN, on which L-BFGS overflowed: eval.train_subset: 1): unscaled, as
-    # finetune's standardisation leaves it
-    std = train_features.float().std(dim=0).nan_to_num(1.0).clamp_min(1e-6)
+    # one train row has no spread: its std without correction, 0 (with Bessel's, NaN and a warning, on which L-BFGS
+    # overflowed: eval.train_subset: 1), so its standardised features are 0 and the probe predicts its class
+    std = train_features.float().std(dim=0, correction=int(len(train_features) > 1)).clamp_min(1e-6)
     train_x = (train_features.float() - mean) / std
     test_x = (test_features.float() - mean) / std
     train_y = train_labels.long()
@@ -253,7 +253,7 @@ def finetune(
     frozen = extract_features(encoder, train_x) if train_features is None else train_features.float()
     # a feature constant on the labelled samples (a border pixel, a unit dead on them) keeps its scale: the
     # augmented batches or the adapting encoder can make it vary, and a 1e-6 divisor would multiply that by 1e6
-    std = frozen.std(dim=0).nan_to_num(1.0)
+    std = frozen.std(dim=0, correction=int(len(frozen) > 1))  # one row: 0, kept as 1 below (Bessel's: NaN, a warning)
     standardise = Standardise(frozen.mean(dim=0), torch.where(std > 1e-6, std, torch.ones_like(std)))
     linear = zero_linear(frozen.shape[1], num_classes)
     model = nn.Sequential(copy.deepcopy(encoder), nn.Flatten(), standardise, linear).to(device)

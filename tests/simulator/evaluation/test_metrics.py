@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -97,10 +99,13 @@ def test_linear_probe_separates_gaussian_blobs():
 
 def test_a_linear_probe_on_one_train_row_predicts_its_class():
     """``eval.train_subset: 1`` (or a label fraction's subset of one row): the row's std was NaN and L-BFGS
-    raised RuntimeError (a value that overflowed float), a traceback of fedssl evaluate or of a run's evaluator."""
+    raised RuntimeError (a value that overflowed float), a traceback of fedssl evaluate or of a run's evaluator;
+    and torch's "degrees of freedom" warning, a stray line on stderr, is not raised."""
     generator = torch.Generator().manual_seed(0)
     test, test_labels = gaussian_blobs(10, generator)
-    assert linear_probe_top1(test[:1], test_labels[:1], test, test_labels, num_classes=3) == pytest.approx(1 / 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert linear_probe_top1(test[:1], test_labels[:1], test, test_labels, num_classes=3) == pytest.approx(1 / 3)
 
 
 def test_linear_probe_is_at_chance_on_random_labels():
@@ -305,6 +310,16 @@ def test_a_feature_constant_on_the_labelled_samples_is_not_magnified_by_fine_tun
     assert accuracy > 0.95
     model = finetune(nn.Identity(), train_x, train_y, 2, steps=0)
     assert torch.equal(model[2].std, torch.cat([train_x[:, :2].std(dim=0), torch.ones(1)]))  # feature 2 centred only
+
+
+def test_finetuning_on_one_labelled_row_keeps_every_feature_unscaled_without_a_warning():
+    """One labelled row has no spread: each feature is centred on it and divided by 1 (not by its NaN
+    Bessel-corrected std, whose computation also printed torch's "degrees of freedom" warning)."""
+    train_x = torch.tensor([[0.5, -2.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = finetune(nn.Identity(), train_x, torch.tensor([1]), 2, steps=0)
+    assert torch.equal(model[2].mean, train_x[0]) and torch.equal(model[2].std, torch.ones(3))
 
 
 def test_finetuning_with_no_steps_predicts_class_0_everywhere(one_thread):
