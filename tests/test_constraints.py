@@ -2,16 +2,12 @@
 environment the tests run in is the one it pins: a fresh machine (CI's) installs what the tests passed
 with, not the newest releases of the day."""
 import importlib.metadata as metadata
-import re
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as canonical
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def installed_closure(top: str = "fedssl", extras: frozenset[str] = frozenset({"test"})) -> dict[str, str]:
