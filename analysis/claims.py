@@ -608,6 +608,25 @@ def gain_over_round0(runs: list[dict], metric: str) -> PairedDifference | None:
     return PairedDifference.of(tuple(r["seed"] for r in runs), tuple(100 * (a - b) for a, b in pairs))
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A deciding comparison on the suite's primary metric: its paired difference and verdict."""
+    comparison: Comparison
+    difference: PairedDifference
+    verdict: str
+    reason: str
+
+
+def decisions(suite: Suite, runs: dict[str, list[dict]]) -> list[Decision]:
+    """:func:`decide` of each of ``suite.comparisons`` on the final primary metric of ``runs``
+    (:func:`read_runs`: every run has it)."""
+    decided = []
+    for comparison in suite.comparisons:
+        d = comparison.difference(runs, lambda run: metric_value(run, "final", suite.primary))
+        decided.append(Decision(comparison, d, *decide(d.interval, comparison.direction, comparison.margin)))
+    return decided
+
+
 def finished_seeds(suite: Suite, states: list[RunState]) -> tuple[int, ...]:
     """The suite's seeds whose runs have finished in every arm."""
     unfinished = {state.seed for state in states if state.state != "finished"}
@@ -666,13 +685,10 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
               "| comparison | kind | " + " | ".join(f"{m}" + (" (primary)" if m == suite.primary else " (secondary)")
                                                    for m in metrics) + " |",
               "|" + "---|" * (2 + len(metrics))]
-    primary_differences = {}
     for comparison in (*suite.comparisons, *suite.secondary_comparisons):
         cells = []
         for m in metrics:
             d = comparison.difference(runs, lambda run, m=m: metric_value(run, "final", m))
-            if m == suite.primary and comparison.direction is not None:
-                primary_differences[comparison] = d
             cells.append("n/a" if d is None else d.cell())
         kind = "decides" if comparison.direction is not None else "secondary, decides nothing"
         if comparison.direction is not None and sum(c.label() == comparison.label() for c in suite.comparisons) > 1:
@@ -692,9 +708,8 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     lines += ["", f"## Verdict (decided only by the primary metric, {suite.primary}; secondary metrics and "
                   f"secondary comparisons decide nothing)", ""]
     verdicts = []
-    for comparison in suite.comparisons:
-        d = primary_differences[comparison]
-        verdict, reason = decide(d.interval, comparison.direction, comparison.margin)
+    for decision in decisions(suite, runs):
+        comparison, d, verdict, reason = decision.comparison, decision.difference, decision.verdict, decision.reason
         verdicts.append(verdict)
         interval = "n/a" if d.interval is None else interval_text(d.interval, boundaries(comparison))
         outcome = "no verdict yet" if pending else f"**{verdict}** ({reason})"

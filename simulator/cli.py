@@ -1,6 +1,6 @@
 """``fedssl``: run or validate a scenario, sweep or benchmark it, tabulate finished runs or evaluate them
-again, compare two runs value by value (``diff``), run and decide a claim suite, and list every kept
-run against the learning margins (``ledger``).
+again, compare two runs value by value (``diff``), run and decide a claim suite, list every kept claim
+report at a glance (``claims``), and list every kept run against the learning margins (``ledger``).
 
 Bad input (an invalid scenario, missing data, an impossible partition, a used output directory)
 prints one line ``fedssl: error: ...`` and exits with code 2, before anything is written; a usage
@@ -97,6 +97,11 @@ def parser() -> argparse.ArgumentParser:
     ledger.add_argument("--margin", dest="margins", action="append", metavar="METRIC=POINTS",
                         help="a learning margin over the run's round-0 network (repeatable; default: "
                              "linear_top1=4 and knn_top1=2, the protocol's; a metric not given keeps its own)")
+    claims = sub.add_parser("claims", help="every kept claim report of a folder at a glance: each deciding "
+                                           "comparison's interval and verdict and its arms' round 0 and final, "
+                                           "recomputed from the runs each report names")
+    claims.add_argument("folder", nargs="?", default="results/claims", type=path_argument,
+                        help="folder of claim reports (default: results/claims)")
     diff = sub.add_parser("diff", help="two runs value by value: does B reproduce A (exit 0), or not (exit 1)")
     diff.add_argument("run_a", help="run directory")
     diff.add_argument("run_b", help="run directory (compared up to the last round both logged)")
@@ -168,6 +173,18 @@ def ledger(args) -> int:
         print(f"fedssl: error: {err}", file=sys.stderr)
         return 2
     print(text)
+    return 0
+
+
+def claims(args) -> int:
+    """``fedssl claims``."""
+    from analysis.claims_index import claims_index
+    try:
+        text = claims_index(Path(args.folder))
+    except (ValueError, OSError, ScenarioError) as err:
+        print(f"fedssl: error: {err}", file=sys.stderr)
+        return 2
+    print(text, end="")
     return 0
 
 
@@ -508,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
         return claim(args)
     if args.command == "ledger":
         return ledger(args)
+    if args.command == "claims":
+        return claims(args)
     if args.command == "diff":
         return diff(args)
     try:

@@ -123,6 +123,8 @@ def test_an_output_path_that_is_a_file_or_lies_under_one_is_refused(synthetic_ra
      "--until stops the suite's runs, which --no-run does not start; expected one of them"),
     (["claim", "c.yaml", "--progress", "--no-run"], "fedssl claim",
      "--progress shows the suite's runs, which --no-run does not start; expected one of them"),
+    (["claims", ""], "fedssl claims", "argument folder: expected a path, got ''"),
+    (["claims", "a", "b"], "fedssl claims", "unrecognized arguments: b"),
 ])
 def test_a_usage_error_is_one_line_exit_2(capsys, argv, prog, message):
     with pytest.raises(SystemExit) as exit_:

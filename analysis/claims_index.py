@@ -1,0 +1,120 @@
+"""The claims at a glance (``fedssl claims``): one table over a folder of kept claim reports.
+
+A claim report (``results/claims/*.md``) is, from its ``# Claim`` line on, what ``fedssl claim SUITE
+--runs-dir RUNS --no-run`` prints; its line ``Suite `SUITE`; runs in `RUNS`;`` names both. For each
+report this recomputes, from that suite and those runs (not from the report's text), what decides
+the claim: each deciding comparison's paired difference on the primary metric, its 95% interval and
+verdict (:func:`analysis.claims.decisions`), and beside it each arm of the comparison's round 0 and
+final on that metric (means over the seeds) with the gain's interval, an arm not shown to learn
+said so. A report whose runs folder is absent is listed under the table with its own verdict line,
+unrecomputed; a suite whose runs have not all finished gets its interim numbers and no verdict.
+The folder's ``README.md`` (where this table is kept) is not a report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from analysis.claims import (arm_scenarios, boundaries, decisions, finished_seeds, gain_over_round0, interval_text,
+                             metric_value, overall, read_runs, read_suite, run_states)
+from analysis.report import percent
+from simulator.runlog import check_existing_directory
+
+INDEX = "README.md"
+SOURCE_LINE = "Suite `"
+
+
+def report_sources(report: Path) -> tuple[str, str]:
+    """The suite file and runs folder a report's ``Suite `S`; runs in `R`;`` line names; ``ValueError``
+    for a file without that line."""
+    for line in report.read_text().splitlines():
+        parts = line.split("`")
+        if line.startswith(SOURCE_LINE) and len(parts) >= 4 and parts[2] == "; runs in ":
+            return parts[1], parts[3]
+    raise ValueError(f"{report}: expected a claim report (a line \"Suite `SUITE`; runs in `RUNS`; ...\", as fedssl "
+                     f"claim prints), found none")
+
+
+def stated_verdict(report: Path) -> str:
+    """The report's own last verdict line (``**Claim reproduced**.``...), for a report whose runs are absent."""
+    lines = [line for line in report.read_text().splitlines()
+             if line.startswith(("**Claim ", "**No verdict yet**", "**Partial"))]
+    return lines[-1] if lines else "no verdict line"
+
+
+def cell(text: str) -> str:
+    """``text`` safe inside a markdown table cell."""
+    return text.replace("|", "\\|")
+
+
+def arm_text(name: str, runs: list[dict], metric: str) -> str:
+    """``fedsc 64.90 → 70.12, +5.22 [+4.10, +6.34]``: the arm's round 0 and final means and its gain."""
+    gain = gain_over_round0(runs, metric)
+    interval = "[n/a: 1 seed]" if gain.interval is None else f"[{gain.interval[0]:+.2f}, {gain.interval[1]:+.2f}]"
+    learned = "" if gain.interval is not None and gain.interval[0] > 0 else " **not shown to learn**"
+    means = (percent(statistics.fmean(metric_value(r, section, metric) for r in runs))
+             for section in ("initial", "final"))
+    return f"{name} {' → '.join(means)}, {gain.mean:+.2f} {interval}{learned}"
+
+
+def report_rows(report: Path) -> tuple[list[str], str]:
+    """The table rows of one report whose runs are present (one per deciding comparison) and the
+    claim's verdict (``no verdict yet`` while some seed has not finished in every arm)."""
+    suite_path, runs_dir = report_sources(report)
+    suite = read_suite(suite_path)
+    states = run_states(suite, arm_scenarios(suite), Path(runs_dir))
+    done = finished_seeds(suite, states)
+    if not done:
+        return [f"| [{report.name}]({report.name}) | {cell(suite.claim)} | none of {len(suite.seeds)} finished | "
+                f"— | — | no verdict yet | — | no verdict yet |"], "no verdict yet"
+    interim = len(done) < len(suite.seeds)
+    finished = dataclasses.replace(suite, seeds=done)
+    runs = read_runs(finished, Path(runs_dir))
+    decided = decisions(finished, runs)
+    claim = "no verdict yet" if interim else overall([d.verdict for d in decided])
+    seeds = ",".join(map(str, done)) + (f" of {len(suite.seeds)}" if interim else "")
+    rows = []
+    for decision in decided:
+        comparison, d = decision.comparison, decision.difference
+        interval = "[n/a: 1 seed]" if d.interval is None else interval_text(d.interval, boundaries(comparison))
+        arms = "<br>".join(arm_text(name, runs[name], suite.primary)
+                           for name in dict.fromkeys((comparison.arm, comparison.baseline, *(comparison.minus or ()))))
+        rows.append(f"| [{report.name}]({report.name}) | {cell(suite.claim)} | {seeds} | "
+                    f"{cell(comparison.claimed())} ({suite.primary}) | {d.mean:+.2f} {interval} "
+                    f"(ahead on {d.ahead}/{len(d.diffs)}) | {'no verdict yet' if interim else decision.verdict} | "
+                    f"{arms} | {claim} |")
+    return rows, claim
+
+
+def claims_index(folder: Path) -> str:
+    """The markdown table over every claim report in ``folder`` (sorted by name), then the reports whose
+    runs are not there, then the count of claims by verdict."""
+    check_existing_directory(folder, "folder of claim reports")
+    reports = sorted(p for p in folder.glob("*.md") if p.name != INDEX)
+    if not reports:
+        raise ValueError(f"{folder}: no claim report (*.md); expected the reports fedssl claim prints, "
+                         f"such as results/claims/")
+    rows, absent, verdicts = [], [], Counter()
+    for report in reports:
+        suite_path, runs_dir = report_sources(report)
+        if not Path(runs_dir).is_dir():
+            absent.append(f"- [{report.name}]({report.name}) (suite `{suite_path}`, runs `{runs_dir}` not here): "
+                          f"{stated_verdict(report)}")
+            continue
+        report_part, verdict = report_rows(report)
+        rows += report_part
+        verdicts[verdict] += 1
+    lines = ["| report | claim | seeds | deciding comparison (primary metric) | difference, points: mean [95% "
+             "interval] | verdict | its arms: round 0 → final (%), gain [95% interval] | claim |",
+             "|---|---|---|---|---|---|---|---|", *rows, "",
+             "Recomputed from each report's suite and runs (`fedssl claim SUITE --runs-dir RUNS --no-run` decides "
+             "the same way): paired by seed, Student-t interval over seeds; a verdict is decided by the primary "
+             "metric alone, the claim reproduced only where every deciding comparison is."]
+    if absent:
+        lines += ["", "Reports whose runs are not in this repository (their own verdict line, not recomputed):",
+                  "", *absent]
+    lines += ["", f"{sum(verdicts.values())} claims recomputed: "
+                  + ", ".join(f"{count} {verdict}" for verdict, count in sorted(verdicts.items())) + "."]
+    return "\n".join(lines) + "\n"
