@@ -444,7 +444,6 @@ def run_missing(suite: Suite, scenarios: dict[tuple[str, int], dict], states: li
             scenario = load_scenario(state.run_dir / "scenario.yaml")
             run_scenario(scenario, progress=progress, resume_dir=str(state.run_dir))
         else:
-            state.run_dir.parent.mkdir(parents=True, exist_ok=True)
             run_scenario(scenarios[state.arm, state.seed], str(state.run_dir), progress=progress)
     return todo
 

@@ -702,6 +702,25 @@ def test_an_interrupted_run_whose_checkpoint_is_damaged_is_one_line_before_anyth
                      "(was it edited?)\n"), err
 
 
+def test_a_run_stopped_before_it_began_leaves_no_folder_of_its_arm(tmp_path, synthetic_raw, capsys, monkeypatch):
+    """A stop (``--until``'s deadline, a signal) that lands as a new arm's first run starts, before the
+    run made its directory: nothing of the arm is left behind (an empty arm folder was)."""
+    import simulator.run
+    from simulator.run import RunStopped
+
+    def stopped_before_its_directory(*args, **kwargs):
+        raise RunStopped("SIGTERM", None, None, 2)
+
+    monkeypatch.setattr(simulator.run, "run_scenario", stopped_before_its_directory)
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    shutil.rmtree(tmp_path / "runs" / "b")
+    assert main(["claim", str(suite)]) == 128 + 15
+    assert capsys.readouterr().err.rstrip().endswith("stopped by SIGTERM before its first round; nothing was written; "
+                                                     "run the claim again to go on")  # true of the arm's folder too
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a"]
+
+
 def test_a_deadline_that_comes_when_every_run_has_finished_prints_the_claim(tmp_path, synthetic_raw, capsys):
     finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
     suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
