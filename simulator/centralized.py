@@ -9,7 +9,8 @@ has the federated run's sample budget (``train/samples``, round by round) withou
 heterogeneity: where an incomplete last batch is skipped (one sample; under ``training.drop_last`` up
 to a batch), each federated client skips its own and the one client only one, so it steps on a few
 more samples. Its server step is the method's with one client (FedAvg: the client's networks,
-through the server optimiser).
+through the server optimiser), and its downlink (``bytes_down/*``) is what that client receives: the
+federated plan's dropouts and late clients receive nothing here.
 """
 from __future__ import annotations
 
@@ -56,4 +57,5 @@ class CentralizedFederation(InProcessFederation):
     def run_round(self, ctx: RoundContext) -> dict[str, float]:
         budget = sum(self.federated_sizes[cid] for cid in ctx.cohort)
         self.reader.draw(budget, ctx.seed, ctx.round)
-        return super().run_round(replace(ctx, cohort=(0,) if budget else ()))
+        # the federated plan's dropouts are not receivers here: the one client alone gets the broadcast
+        return super().run_round(replace(ctx, cohort=(0,) if budget else (), unreported=()))

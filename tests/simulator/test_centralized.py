@@ -18,6 +18,11 @@ def samples_per_round(run_dir):
             if row["name"] == "train/samples"}
 
 
+def metric_per_round(run_dir, name):
+    return {row["round"]: row["value"] for row in pq.read_table(run_dir / "metrics.parquet").to_pylist()
+            if row["name"] == name}
+
+
 def test_union_holds_every_clients_data_and_draws_the_rounds_budget(synthetic_raw):
     reader = PartitionReader(prepare_partition(resolve(synthetic_raw)))
     union = UnionReader(reader)
@@ -48,6 +53,13 @@ def test_centralized_run_makes_the_federated_runs_sample_passes(synthetic_raw, t
     assert fed_samples == central_samples and len(fed_samples) == 4
     assert len(set(fed_samples.values())) > 1  # dropout varies the budget from round to round
     assert summary["rounds_completed"] == 4
+    # the downlink: the federated broadcast reaches the cohort and the clients that dropped out; the one
+    # client of the centralized run receives it alone (the federated dropouts are not its receivers)
+    fed_down, central_down = (metric_per_round(d, "bytes_down/weights") for d in (federated, central))
+    sampled, dropped = (metric_per_round(federated, f"clients/{name}") for name in ("sampled", "dropped"))
+    model_bytes = {fed_down[r] / sampled[r] for r in fed_down}
+    assert len(model_bytes) == 1 and any(dropped.values())
+    assert central_down == {r: next(iter(model_bytes)) for r in range(1, 5)}
 
 
 def test_centralized_is_refused_where_one_client_cannot_stand_for_the_union(synthetic_raw):
@@ -133,7 +145,8 @@ def test_each_centralized_round_trains_the_federated_rounds_draw_with_its_hyper_
 
 def test_a_round_nobody_completes_trains_nobody_as_in_the_federated_run(synthetic_raw):
     """Every sampled client dropped out: the one client takes no step (no samples, no completed client)
-    and the round's metrics are the federated run's."""
+    and the round's metrics are the federated run's, but for the downlink: the federated broadcast
+    still reached the dropped clients, the one client receives nothing in a round it does not train."""
     import copy
     from simulator.context import RoundContext, freeze
     from simulator.centralized import CentralizedFederation
@@ -150,7 +163,9 @@ def test_a_round_nobody_completes_trains_nobody_as_in_the_federated_run(syntheti
         metrics.append(federation.run_round(RoundContext(1, 2, (), scenario["seed"], freeze(scenario), unreported=(1, 5))))
         assert torch.equal(torch.cat([t.flatten() for t in tensors(federation.state())]),
                            torch.cat([t.flatten() for t in tensors(before)]))
-    assert metrics[1] == metrics[0] and metrics[1]["clients/completed"] == 0.0 and "train/samples" not in metrics[1]
+    assert metrics[0]["bytes_down/weights"] > 0 and metrics[1]["bytes_down/weights"] == 0
+    assert {**metrics[1], "bytes_down/weights": None} == {**metrics[0], "bytes_down/weights": None}
+    assert metrics[1]["clients/completed"] == 0.0 and "train/samples" not in metrics[1]
 
 
 def tensors(value):
