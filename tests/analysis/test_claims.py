@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from analysis.claims import decide, overall, read_suite
+from analysis.claims_index import INDEX, report_sources
 from simulator.cli import main
 from simulator.scenario import load_scenario
 
@@ -1092,23 +1093,15 @@ def test_a_group_metrics_round_0_is_read_from_round_0_of_the_logged_metrics(tmp_
 
 # ---- the kept reports ----------------------------------------------------------------------
 
-KEPT_REPORTS = sorted(r for r in (REPO / "results" / "claims").glob("*.md")
-                      if r.name != "README.md")  # the index of the reports (fedssl claims)
+KEPT_REPORTS = sorted(r for r in (REPO / "results" / "claims").glob("*.md") if r.name != INDEX)  # INDEX: fedssl claims
 # Reports whose runs were never kept in the repository (their "Suite" line names a scratch folder).
 RUNS_NOT_KEPT = {"fedsc_dp_crop035.md", "fedsc_partial_crop035.md", "orchestra_lr005.md", "orchestra_r20.md"}
-
-
-def suite_and_runs(report: Path) -> tuple[str, str]:
-    """The suite file and runs folder a report's "Suite `S`; runs in `R`;" line names."""
-    line = next(line for line in report.read_text().splitlines() if line.startswith("Suite `"))
-    suite, runs = line.split("`")[1], line.split("`")[3]
-    return suite, runs
 
 
 def test_the_reports_whose_runs_are_not_kept_are_the_known_ones():
     """A new report naming runs outside ``results/runs`` would escape the check below: it must be
     listed here on purpose."""
-    outside = {r.name for r in KEPT_REPORTS if not suite_and_runs(r)[1].startswith("results/runs/")}
+    outside = {r.name for r in KEPT_REPORTS if not report_sources(r)[1].startswith("results/runs/")}
     assert outside == RUNS_NOT_KEPT
 
 
@@ -1118,7 +1111,7 @@ def test_a_kept_report_is_what_fedssl_claim_prints_from_its_kept_runs(report, mo
     is what ``fedssl claim SUITE --runs-dir RUNS --no-run`` prints from the runs kept in the
     repository: a changed suite, a kept run changed or removed, or a change to the report's code shows
     here until the report is regenerated (and its change said in its notes)."""
-    suite, runs = suite_and_runs(report)
+    suite, runs = report_sources(report)
     monkeypatch.chdir(REPO)
     assert main(["claim", suite, "--runs-dir", runs, "--no-run"]) == 0
     text = report.read_text().splitlines()
