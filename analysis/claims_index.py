@@ -59,10 +59,10 @@ def arm_text(name: str, runs: list[dict], metric: str) -> str:
     return f"{name} {' → '.join(means)}, {gain.mean:+.2f} {interval}{learned}"
 
 
-def report_rows(report: Path) -> tuple[list[str], str]:
-    """The table rows of one report whose runs are present (one per deciding comparison) and the
-    claim's verdict (``no verdict yet`` while some seed has not finished in every arm)."""
-    suite_path, runs_dir = report_sources(report)
+def report_rows(report: Path, suite_path: str, runs_dir: str) -> tuple[list[str], str]:
+    """The table rows of one report (one per deciding comparison) from the suite and the runs folder it
+    names (:func:`report_sources`), and the claim's verdict (``no verdict yet`` while some seed has not
+    finished in every arm)."""
     suite = read_suite(suite_path)
     states = run_states(suite, arm_scenarios(suite), Path(runs_dir))
     done = finished_seeds(suite, states)
@@ -103,7 +103,7 @@ def claims_index(folder: Path) -> str:
             absent.append(f"- [{report.name}]({report.name}) (suite `{suite_path}`, runs `{runs_dir}` not here): "
                           f"{stated_verdict(report)}")
             continue
-        report_part, verdict = report_rows(report)
+        report_part, verdict = report_rows(report, suite_path, runs_dir)
         rows += report_part
         verdicts[verdict] += 1
     lines = ["| report | claim | seeds | deciding comparison (primary metric) | difference, points: mean [95% "
