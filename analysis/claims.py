@@ -626,6 +626,16 @@ def decisions(suite: Suite, runs: dict[str, list[dict]]) -> list[Decision]:
     return decided
 
 
+def shown_to_learn(gain: PairedDifference) -> bool:
+    """Whether an arm's gain over its round 0 (:func:`gain_over_round0`) has its interval above zero."""
+    return gain.interval is not None and gain.interval[0] > 0
+
+
+def gain_cell(gain: PairedDifference) -> str:
+    """The gain's cell, marked where the arm is not shown to learn."""
+    return gain.cell() + ("" if shown_to_learn(gain) else " **not shown to learn**")
+
+
 def finished_seeds(suite: Suite, states: list[RunState]) -> tuple[int, ...]:
     """The suite's seeds whose runs have finished in every arm."""
     unfinished = {state.seed for state in states if state.state != "finished"}
@@ -666,10 +676,10 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
         members = runs[name]
         cells = [mean_std([metric_value(r, s, m) for r in members]) for m in metrics for s in ("initial", "final")]
         gain = gain_over_round0(members, suite.primary)
-        learned = f"{gain.cell()}" + ("" if gain.interval and gain.interval[0] > 0 else " **not shown to learn**")
+        learned = gain_cell(gain)
         scenario = arm.scenario + "".join(f" --set {o}" for o in (*suite.shared_overrides, *arm.overrides))
         role = "decides" if name in deciding_arms else "secondary"
-        if role == "decides" and not (gain.interval and gain.interval[0] > 0):
+        if role == "decides" and not shown_to_learn(gain):
             not_learned.append(name)
         lines.append(f"| {name} | {role} | `{scenario}` | " + " | ".join(cells) + f" | {learned} |")
     lines += ["", f"Last column: each run's final minus its own round 0 on {suite.primary}, in points, mean [95% "

@@ -17,8 +17,8 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from analysis.claims import (arm_scenarios, boundaries, decisions, finished_seeds, gain_over_round0, interval_text,
-                             metric_value, overall, read_runs, read_suite, run_states)
+from analysis.claims import (arm_scenarios, boundaries, decisions, finished_seeds, gain_cell, gain_over_round0,
+                             interval_text, metric_value, overall, read_runs, read_suite, run_states)
 from analysis.report import percent
 from simulator.runlog import check_existing_directory
 
@@ -50,13 +50,11 @@ def cell(text: str) -> str:
 
 
 def arm_text(name: str, runs: list[dict], metric: str) -> str:
-    """``fedsc 64.90 → 70.12, +5.22 [+4.10, +6.34]``: the arm's round 0 and final means and its gain."""
-    gain = gain_over_round0(runs, metric)
-    interval = "[n/a: 1 seed]" if gain.interval is None else f"[{gain.interval[0]:+.2f}, {gain.interval[1]:+.2f}]"
-    learned = "" if gain.interval is not None and gain.interval[0] > 0 else " **not shown to learn**"
+    """``fedsc 64.90 → 70.12, +5.22 [+4.10, +6.34] (ahead on 5/5)``: the arm's round 0 and final means and
+    its gain (:func:`analysis.claims.gain_cell`, as the claim's table shows it)."""
     means = (percent(statistics.fmean(metric_value(r, section, metric) for r in runs))
              for section in ("initial", "final"))
-    return f"{name} {' → '.join(means)}, {gain.mean:+.2f} {interval}{learned}"
+    return f"{name} {' → '.join(means)}, {gain_cell(gain_over_round0(runs, metric))}"
 
 
 def report_rows(report: Path, suite_path: str, runs_dir: str) -> tuple[list[str], str]:

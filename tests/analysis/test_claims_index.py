@@ -33,11 +33,11 @@ def test_each_deciding_comparison_is_a_row_with_its_interval_verdict_and_its_arm
     lines = index_lines(tmp_path / "reports", capsys)
     assert lines[0] == HEADER
     assert lines[2] == ("| [ab.md](ab.md) | a beats b | 0,1,2 | a > b (linear_top1) | +3.00 [+0.52, +5.48] (ahead on 3/3) "
-                        "| reproduced | a 50.00 → 63.00, +13.00 [+10.52, +15.48]<br>b 50.00 → 60.00, +10.00 [+10.00, "
-                        "+10.00] | not reproduced |")
+                        "| reproduced | a 50.00 → 63.00, +13.00 [+10.52, +15.48] (ahead on 3/3)<br>b 50.00 → 60.00, +10.00 "
+                        "[+10.00, +10.00] (ahead on 3/3) | not reproduced |")
     assert lines[3] == ("| [ab.md](ab.md) | a beats b | 0,1,2 | c > b (linear_top1) | +0.33 [-1.10, +1.77] (ahead on 1/3) "
-                        "| not reproduced | c 50.00 → 60.33, +10.33 [+8.90, +11.77]<br>b 50.00 → 60.00, +10.00 "
-                        "[+10.00, +10.00] | not reproduced |")
+                        "| not reproduced | c 50.00 → 60.33, +10.33 [+8.90, +11.77] (ahead on 3/3)<br>b 50.00 → 60.00, "
+                        "+10.00 [+10.00, +10.00] (ahead on 3/3) | not reproduced |")
     assert lines[-1] == "1 claims recomputed: 1 not reproduced."
 
 
@@ -47,8 +47,8 @@ def test_an_arm_that_did_not_learn_is_said_so_and_a_contradicted_claim_is_counte
     suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
     kept_report(tmp_path / "reports", "ab.md", suite, capsys)
     lines = index_lines(tmp_path / "reports", capsys)
-    assert "| contradicted | a 50.00 → 39.00, -11.00 [-13.48, -8.52] **not shown to learn**<br>b 50.00 → 50.00, " \
-           "+0.00 [+0.00, +0.00] **not shown to learn** | contradicted |" in lines[2]
+    assert "| contradicted | a 50.00 → 39.00, -11.00 [-13.48, -8.52] (ahead on 0/3) **not shown to learn**<br>b " \
+           "50.00 → 50.00, +0.00 [+0.00, +0.00] (ahead on 0/3) **not shown to learn** | contradicted |" in lines[2]
     assert lines[-1] == "1 claims recomputed: 1 contradicted."
 
 
