@@ -910,14 +910,15 @@ def test_the_shipped_suites_are_well_formed():
     The primary metric is the backbone's linear probe (item 5 of the protocol), except where the
     claim is read on another column of the paper's table, as its protocol declares: Orchestra's
     Table 1 semi-supervised fine-tuning (results/orchestra.md). The seeds are the protocol's 0-4, except
-    in a replication of a suite on fresh seeds, as its protocol declares (results/uv.md)."""
+    in a replication of a suite on fresh seeds, as its protocol declares (results/uv.md, results/fedsc.md)."""
     suites = sorted((REPO / "claims").glob("*.yaml"))
     assert {p.stem for p in suites} >= {"fedsc_full", "fedsc_partial", "fedsc_dp", "uv_label_skew",
                                         "uv_covariate_shift", "orchestra", "hetero",
                                         "orchestra_paper_skew_finetune"}
     declared_primary = {"orchestra_paper_skew_finetune": "finetune_top1_10pct"}
     fresh = (186, 187, 188, 189, 190)
-    declared_seeds = {"uv_covariate_shift_fresh": fresh, "uv_label_skew_fresh": fresh}
+    declared_seeds = {"uv_covariate_shift_fresh": fresh, "uv_label_skew_fresh": fresh,
+                      "fedsc_dp_same_schedule_fresh": (191, 192, 193, 194, 195)}
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
