@@ -918,7 +918,9 @@ def test_the_shipped_suites_are_well_formed():
     declared_primary = {"orchestra_paper_skew_finetune": "finetune_top1_10pct"}
     fresh = (186, 187, 188, 189, 190)
     declared_seeds = {"uv_covariate_shift_fresh": fresh, "uv_label_skew_fresh": fresh,
-                      "fedsc_dp_same_schedule_fresh": (191, 192, 193, 194, 195)}
+                      "fedsc_dp_same_schedule_fresh": (191, 192, 193, 194, 195),
+                      "fedsc_partial_fresh": (196, 197, 198, 199, 200),
+                      "fedsc_full_fresh": (196, 197, 198, 199, 200)}
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
