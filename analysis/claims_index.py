@@ -26,10 +26,19 @@ INDEX = "README.md"
 SOURCE_LINE = "Suite `"
 
 
+def report_text(report: Path) -> str:
+    """The report's text; ``ValueError`` naming it where it is not UTF-8."""
+    try:
+        return report.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{report}: not UTF-8 text; expected a claim report (the markdown fedssl claim "
+                         f"prints)") from None
+
+
 def report_sources(report: Path) -> tuple[str, str]:
     """The suite file and runs folder a report's ``Suite `S`; runs in `R`;`` line names; ``ValueError``
     for a file without that line."""
-    for line in report.read_text().splitlines():
+    for line in report_text(report).splitlines():
         parts = line.split("`")
         if line.startswith(SOURCE_LINE) and len(parts) >= 4 and parts[2] == "; runs in ":
             return parts[1], parts[3]
@@ -39,7 +48,7 @@ def report_sources(report: Path) -> tuple[str, str]:
 
 def stated_verdict(report: Path) -> str:
     """The report's own last verdict line (``**Claim reproduced**.``...), for a report whose runs are absent."""
-    lines = [line for line in report.read_text().splitlines()
+    lines = [line for line in report_text(report).splitlines()
              if line.startswith(("**Claim ", "**No verdict yet**", "**Partial"))]
     return lines[-1] if lines else "no verdict line"
 

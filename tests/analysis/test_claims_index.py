@@ -97,3 +97,13 @@ def test_the_kept_index_is_what_fedssl_claims_prints_from_the_kept_reports(monke
     kept = (REPO / "results" / "claims" / "README.md").read_text().splitlines()
     assert kept[0] == "# The claims at a glance" and kept[3] == ""
     assert capsys.readouterr().out.splitlines() == kept[4:]
+
+
+def test_a_report_that_is_not_utf8_is_named(tmp_path, capsys):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "ab.md").write_bytes(b"# Claim: a beats b\n\nSuite `s.yaml`; runs in `r`; \xff\n")
+    assert main(["claims", str(tmp_path / "reports")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"fedssl: error: {tmp_path / 'reports' / 'ab.md'}: not UTF-8 text; expected a "
+                                   f"claim report"), captured.err
