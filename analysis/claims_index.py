@@ -54,8 +54,8 @@ def stated_verdict(report: Path) -> str:
 
 
 def cell(text: str) -> str:
-    """``text`` safe inside a markdown table cell."""
-    return text.replace("|", "\\|")
+    """``text`` safe inside a markdown table cell: on one line, ``|`` escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def arm_text(name: str, runs: list[dict], metric: str) -> str:

@@ -107,3 +107,13 @@ def test_a_report_that_is_not_utf8_is_named(tmp_path, capsys):
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith(f"fedssl: error: {tmp_path / 'reports' / 'ab.md'}: not UTF-8 text; expected a "
                                    f"claim report"), captured.err
+
+
+def test_a_claim_over_several_lines_stays_in_its_row(tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    suite.write_text(suite.read_text().replace("claim: a beats b", "claim: >\n  a beats b\n  | by far"))
+    kept_report(tmp_path / "reports", "ab.md", suite, capsys)
+    lines = index_lines(tmp_path / "reports", capsys)
+    assert lines[2].startswith("| [ab.md](ab.md) | a beats b \\| by far | 0,1,2 | a > b (linear_top1) |")
+    assert lines[3] == ""
