@@ -6,8 +6,11 @@ report this recomputes, from that suite and those runs (not from the report's te
 the claim: each deciding comparison's paired difference on the primary metric, its 95% interval and
 verdict (:func:`analysis.claims.decisions`), and beside it each arm of the comparison's round 0 and
 final on that metric (means over the seeds) with the gain's interval, an arm not shown to learn
-said so. A report whose runs folder is absent is listed under the table with its own verdict line,
-unrecomputed; a suite whose runs have not all finished gets its interim numbers and no verdict.
+said so. A report of some of its suite's arms (``fedssl claim --arms``; its ``Suite`` line names the
+arms left out) is recomputed over those arms, its claim ``partial`` where they take a deciding
+comparison away, as that command decides. A report whose runs folder is absent is listed under the
+table with its own verdict line, unrecomputed; a suite whose runs have not all finished gets its
+interim numbers and no verdict.
 The folder's ``README.md`` (where this table is kept) is not a report.
 """
 from __future__ import annotations
@@ -18,12 +21,14 @@ from collections import Counter
 from pathlib import Path
 
 from analysis.claims import (arm_scenarios, boundaries, decisions, finished_seeds, gain_cell, gain_over_round0,
-                             interval_text, metric_value, overall, read_runs, read_suite, run_states)
+                             interval_text, metric_value, overall, read_runs, read_suite, restrict_to_arms,
+                             run_states)
 from analysis.report import percent
 from simulator.runlog import check_existing_directory
 
 INDEX = "README.md"
 SOURCE_LINE = "Suite `"
+LEFT_OUT = " Arms of the suite left out (`--arms`): "
 
 
 def report_text(report: Path) -> str:
@@ -35,15 +40,27 @@ def report_text(report: Path) -> str:
                          f"prints)") from None
 
 
-def report_sources(report: Path) -> tuple[str, str]:
-    """The suite file and runs folder a report's ``Suite `S`; runs in `R`;`` line names; ``ValueError``
-    for a file without that line."""
+def source_line(report: Path) -> str:
+    """The report's ``Suite `S`; runs in `R`; ...`` line; ``ValueError`` for a file without one."""
     for line in report_text(report).splitlines():
         parts = line.split("`")
         if line.startswith(SOURCE_LINE) and len(parts) >= 4 and parts[2] == "; runs in ":
-            return parts[1], parts[3]
+            return line
     raise ValueError(f"{report}: expected a claim report (a line \"Suite `SUITE`; runs in `RUNS`; ...\", as fedssl "
                      f"claim prints), found none")
+
+
+def report_sources(report: Path) -> tuple[str, str]:
+    """The suite file and runs folder a report's ``Suite `S`; runs in `R`;`` line names; ``ValueError``
+    for a file without that line."""
+    parts = source_line(report).split("`")
+    return parts[1], parts[3]
+
+
+def left_out_arms(report: Path) -> tuple[str, ...]:
+    """The suite's arms the report left out (``fedssl claim --arms``), as its ``Suite`` line names them."""
+    line = source_line(report)
+    return tuple(line.split(LEFT_OUT, 1)[1].removesuffix(".").split(", ")) if LEFT_OUT in line else ()
 
 
 def stated_verdict(report: Path) -> str:
@@ -66,11 +83,15 @@ def arm_text(name: str, runs: list[dict], metric: str) -> str:
     return f"{name} {' → '.join(means)}, {gain_cell(gain_over_round0(runs, metric))}"
 
 
-def report_rows(report: Path, suite_path: str, runs_dir: str) -> tuple[list[str], str]:
+def report_rows(report: Path, suite_path: str, runs_dir: str, left_out: tuple[str, ...] = ()
+                ) -> tuple[list[str], str]:
     """The table rows of one report (one per deciding comparison) from the suite and the runs folder it
-    names (:func:`report_sources`), and the claim's verdict (``no verdict yet`` while some seed has not
-    finished in every arm)."""
+    names (:func:`report_sources`), without the arms it left out (:func:`left_out_arms`), and the claim's
+    verdict (``no verdict yet`` while some seed has not finished in every arm; ``partial`` where the arms
+    left out take a deciding comparison away)."""
     suite = read_suite(suite_path)
+    if left_out:
+        suite = restrict_to_arms(suite, [name for name in suite.arms if name not in left_out])
     states = run_states(suite, arm_scenarios(suite), Path(runs_dir))
     done = finished_seeds(suite, states)
     if not done:
@@ -80,7 +101,8 @@ def report_rows(report: Path, suite_path: str, runs_dir: str) -> tuple[list[str]
     finished = dataclasses.replace(suite, seeds=done)
     runs = read_runs(finished, Path(runs_dir))
     decided = decisions(finished, runs)
-    claim = "no verdict yet" if interim else overall([d.verdict for d in decided])
+    claim = ("no verdict yet" if interim else "partial" if suite.left_out_comparisons
+             else overall([d.verdict for d in decided]))
     seeds = ",".join(map(str, done)) + (f" of {len(suite.seeds)}" if interim else "")
     rows = []
     for decision in decided:
@@ -110,7 +132,7 @@ def claims_index(folder: Path) -> str:
             absent.append(f"- [{report.name}]({report.name}) (suite `{suite_path}`, runs `{runs_dir}` not here): "
                           f"{stated_verdict(report)}")
             continue
-        report_part, verdict = report_rows(report, suite_path, runs_dir)
+        report_part, verdict = report_rows(report, suite_path, runs_dir, left_out_arms(report))
         rows += report_part
         verdicts[verdict] += 1
     lines = ["| report | claim | seeds | deciding comparison (primary metric) | difference, points: mean [95% "

@@ -117,3 +117,20 @@ def test_a_claim_over_several_lines_stays_in_its_row(tmp_path, synthetic_raw, ca
     lines = index_lines(tmp_path / "reports", capsys)
     assert lines[2].startswith("| [ab.md](ab.md) | a beats b \\| by far | 0,1,2 | a > b (linear_top1) |")
     assert lines[3] == ""
+
+
+def test_a_report_of_some_arms_is_recomputed_over_those_arms_and_is_partial(tmp_path, synthetic_raw, capsys):
+    # the report of --arms a,b while c has no runs: a - b is decided on every seed, the claim is partial
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60], "c": [0.60, 0.61, 0.62]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"},
+                                                 {"arm": "c", "baseline": "b", "direction": "greater"}], finals)
+    for seed in range(3):
+        (tmp_path / "runs" / "c" / f"seed_{seed}" / "summary.json").unlink()
+    assert main(["claim", str(suite), "--no-run", "--arms", "a,b"]) == 0
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "ab.md").write_text(capsys.readouterr().out)
+    lines = index_lines(tmp_path / "reports", capsys)
+    assert lines[2].startswith("| [ab.md](ab.md) | a beats b | 0,1,2 | a > b (linear_top1) | +3.00 [+0.52, +5.48] "
+                               "(ahead on 3/3) | reproduced | a 50.00 → 63.00")
+    assert lines[2].endswith("| partial |") and len(lines) == 7
+    assert lines[-1] == "1 claims recomputed: 1 partial."
