@@ -62,6 +62,8 @@ DIRECTIONS = ("greater", "equivalent", "not_greater")
 NEEDS_MARGIN = ("equivalent", "not_greater")
 SUITE_KEYS = ("claim", "paper", "seeds", "primary", "secondary", "set", "arms", "comparisons",
               "secondary_comparisons", "out")
+# the report's "Suite" line names the arms ``--arms`` left out after this (analysis.claims_index reads it)
+ARMS_LEFT_OUT = " Arms of the suite left out (`--arms`): "
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 METRIC_NAME = re.compile(r"(?:[A-Za-z0-9_.-]+/)?[A-Za-z0-9_]+")
 
@@ -662,7 +664,7 @@ def claim_table(suite: Suite, runs: dict[str, list[dict]], runs_dir: Path, pendi
     suite_runs = [run for name in suite.arms for run in runs[name]]
     lines += [f"Suite `{suite.path}`; runs in `{runs_dir}`; seeds {','.join(map(str, suite.seeds))}. "
               f"Accuracies top-1 in %, round 0 (the arm's random network, same evaluation data) and final."
-              + (f" Arms of the suite left out (`--arms`): {', '.join(suite.left_out)}." if suite.left_out else ""),
+              + (f"{ARMS_LEFT_OUT}{', '.join(suite.left_out)}." if suite.left_out else ""),
               code_line(suite_runs), numerics_line(suite_runs),
               f"Primary metric (decides the verdict): **{suite.primary}**. "
               + (f"Secondary (printed, decide nothing): {', '.join(suite.secondary)}." if suite.secondary

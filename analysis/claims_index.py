@@ -20,15 +20,14 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from analysis.claims import (arm_scenarios, boundaries, decisions, finished_seeds, gain_cell, gain_over_round0,
-                             interval_text, metric_value, overall, read_runs, read_suite, restrict_to_arms,
-                             run_states)
+from analysis.claims import (ARMS_LEFT_OUT, arm_scenarios, boundaries, decisions, finished_seeds, gain_cell,
+                             gain_over_round0, interval_text, metric_value, overall, read_runs, read_suite,
+                             restrict_to_arms, run_states)
 from analysis.report import percent
 from simulator.runlog import check_existing_directory
 
 INDEX = "README.md"
 SOURCE_LINE = "Suite `"
-LEFT_OUT = " Arms of the suite left out (`--arms`): "
 
 
 def report_text(report: Path) -> str:
@@ -60,7 +59,7 @@ def report_sources(report: Path) -> tuple[str, str]:
 def left_out_arms(report: Path) -> tuple[str, ...]:
     """The suite's arms the report left out (``fedssl claim --arms``), as its ``Suite`` line names them."""
     line = source_line(report)
-    return tuple(line.split(LEFT_OUT, 1)[1].removesuffix(".").split(", ")) if LEFT_OUT in line else ()
+    return tuple(line.split(ARMS_LEFT_OUT, 1)[1].removesuffix(".").split(", ")) if ARMS_LEFT_OUT in line else ()
 
 
 def stated_verdict(report: Path) -> str:
