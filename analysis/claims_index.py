@@ -10,7 +10,9 @@ said so. A report of some of its suite's arms (``fedssl claim --arms``; its ``Su
 arms left out) is recomputed over those arms, its claim ``partial`` where they take a deciding
 comparison away, as that command decides. A report whose runs folder is absent is listed under the
 table with its own verdict line, unrecomputed; a suite whose runs have not all finished gets its
-interim numbers and no verdict.
+interim numbers and no verdict. Reports whose runs differ from their suite's scenario files as they are
+now (a file changed after the runs, as :func:`analysis.claims.stale_notes` tells ``fedssl claim``) are
+listed under the table with the keys they differ at: the rows use the runs as they are.
 The folder's ``README.md`` (where this table is kept) is not a report.
 """
 from __future__ import annotations
@@ -20,11 +22,11 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from analysis.claims import (ARMS_LEFT_OUT, arm_scenarios, boundaries, decisions, finished_seeds, gain_cell,
-                             gain_over_round0, interval_text, metric_value, overall, read_runs, read_suite,
-                             restrict_to_arms, run_states)
+from analysis.claims import (ARMS_LEFT_OUT, arm_scenarios, boundaries, decisions, differences, finished_seeds,
+                             gain_cell, gain_over_round0, interval_text, keys_text, metric_value, overall, read_runs,
+                             read_suite, restrict_to_arms, run_states, RunState)
 from analysis.report import percent
-from simulator.runlog import check_existing_directory
+from simulator.runlog import check_existing_directory, read_recorded_scenario
 
 INDEX = "README.md"
 SOURCE_LINE = "Suite `"
@@ -82,20 +84,35 @@ def arm_text(name: str, runs: list[dict], metric: str) -> str:
     return f"{name} {' → '.join(means)}, {gain_cell(gain_over_round0(runs, metric))}"
 
 
+def drift_text(report: Path, scenarios: dict[tuple[str, int], dict], states: list[RunState], seeds: list[int]) -> str | None:
+    """``- [r.md](r.md): 15 of 15 runs differ at augment.brightness, augment.contrast``: the report's runs
+    (of ``seeds``, finished in every arm) whose recorded scenario differs from the suite's file as it is
+    now in what it trains or measures (:func:`analysis.claims.differences`), by the keys they differ at;
+    None where none does."""
+    used = [state for state in states if state.seed in seeds]
+    by_keys = Counter(tuple(keys) for state in used
+                      if (keys := differences(read_recorded_scenario(state.run_dir), scenarios[state.arm, state.seed])))
+    if not by_keys:
+        return None
+    return f"- [{report.name}]({report.name}): " + "; ".join(
+        f"{count} of {len(used)} runs differ at {keys_text(list(keys))}" for keys, count in sorted(by_keys.items()))
+
+
 def report_rows(report: Path, suite_path: str, runs_dir: str, left_out: tuple[str, ...] = ()
-                ) -> tuple[list[str], str]:
+                ) -> tuple[list[str], str, str | None]:
     """The table rows of one report (one per deciding comparison) from the suite and the runs folder it
-    names (:func:`report_sources`), without the arms it left out (:func:`left_out_arms`), and the claim's
+    names (:func:`report_sources`), without the arms it left out (:func:`left_out_arms`); the claim's
     verdict (``no verdict yet`` while some seed has not finished in every arm; ``partial`` where the arms
-    left out take a deciding comparison away)."""
+    left out take a deciding comparison away); and :func:`drift_text` of the runs the rows use."""
     suite = read_suite(suite_path)
     if left_out:
         suite = restrict_to_arms(suite, [name for name in suite.arms if name not in left_out])
-    states = run_states(suite, arm_scenarios(suite), Path(runs_dir))
+    scenarios = arm_scenarios(suite)
+    states = run_states(suite, scenarios, Path(runs_dir))
     done = finished_seeds(suite, states)
     if not done:
         return [f"| [{report.name}]({report.name}) | {cell(suite.claim)} | none of {len(suite.seeds)} finished | "
-                f"— | — | no verdict yet | — | no verdict yet |"], "no verdict yet"
+                f"— | — | no verdict yet | — | no verdict yet |"], "no verdict yet", None
     interim = len(done) < len(suite.seeds)
     finished = dataclasses.replace(suite, seeds=done)
     runs = read_runs(finished, Path(runs_dir))
@@ -113,7 +130,7 @@ def report_rows(report: Path, suite_path: str, runs_dir: str, left_out: tuple[st
                     f"{cell(comparison.claimed())} ({suite.primary}) | {d.mean:+.2f} {interval} "
                     f"(ahead on {d.ahead}/{len(d.diffs)}) | {'no verdict yet' if interim else decision.verdict} | "
                     f"{arms} | {claim} |")
-    return rows, claim
+    return rows, claim, drift_text(report, scenarios, states, done)
 
 
 def claims_index(folder: Path) -> str:
@@ -124,15 +141,16 @@ def claims_index(folder: Path) -> str:
     if not reports:
         raise ValueError(f"{folder}: no claim report (*.md); expected the reports fedssl claim prints, "
                          f"such as results/claims/")
-    rows, absent, verdicts = [], [], Counter()
+    rows, absent, drifted, verdicts = [], [], [], Counter()
     for report in reports:
         suite_path, runs_dir = report_sources(report)
         if not Path(runs_dir).is_dir():
             absent.append(f"- [{report.name}]({report.name}) (suite `{suite_path}`, runs `{runs_dir}` not here): "
                           f"{stated_verdict(report)}")
             continue
-        report_part, verdict = report_rows(report, suite_path, runs_dir, left_out_arms(report))
+        report_part, verdict, drift = report_rows(report, suite_path, runs_dir, left_out_arms(report))
         rows += report_part
+        drifted += [drift] if drift else []
         verdicts[verdict] += 1
     lines = ["| report | claim | seeds | deciding comparison (primary metric) | difference, points: mean [95% "
              "interval] | verdict | its arms: round 0 → final (%), gain [95% interval] | claim |",
@@ -140,6 +158,10 @@ def claims_index(folder: Path) -> str:
              "Recomputed from each report's suite and runs (`fedssl claim SUITE --runs-dir RUNS --no-run` decides "
              "the same way): paired by seed, Student-t interval over seeds; a verdict is decided by the primary "
              "metric alone, the claim reproduced only where every deciding comparison is."]
+    if drifted:
+        lines += ["", "Reports whose runs differ from their suite's scenario files as these are now, in what they train "
+                      "or measure (the rows use the runs as they are; `fedssl claim SUITE --no-run` names each run):",
+                  "", *drifted]
     if absent:
         lines += ["", "Reports whose runs are not in this repository (their own verdict line, not recomputed):",
                   "", *absent]

@@ -1,6 +1,8 @@
 """``fedssl claims``: the kept claim reports at a glance, recomputed from their suites and runs."""
 from pathlib import Path
 
+import yaml
+
 from simulator.cli import main
 from tests.analysis.test_claims import REPO, fake_suite
 
@@ -134,3 +136,20 @@ def test_a_report_of_some_arms_is_recomputed_over_those_arms_and_is_partial(tmp_
                                "(ahead on 3/3) | reproduced | a 50.00 → 63.00")
     assert lines[2].endswith("| partial |") and len(lines) == 7
     assert lines[-1] == "1 claims recomputed: 1 partial."
+
+
+def test_runs_that_differ_from_their_suite_as_it_is_now_are_listed_with_the_keys(tmp_path, synthetic_raw, capsys):
+    # the suite's arm a changed after its runs (its lr, which it trains with): a's 3 runs of the report's
+    # 6 are listed; a change the runs do not depend on (eval.every) lists nothing
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    suite = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    kept_report(tmp_path / "reports", "ab.md", suite, capsys)
+    edited = yaml.safe_load(suite.read_text())
+    edited["arms"]["b"]["set"].append("eval.every=7")
+    suite.write_text(yaml.safe_dump(edited))
+    assert not any("runs differ at" in line for line in index_lines(tmp_path / "reports", capsys))
+    edited["arms"]["a"]["set"] = ["training.lr=0.5"]
+    suite.write_text(yaml.safe_dump(edited))
+    lines = index_lines(tmp_path / "reports", capsys)
+    assert "- [ab.md](ab.md): 3 of 6 runs differ at training.lr" in lines
+    assert lines[2].startswith("| [ab.md](ab.md) | a beats b | 0,1,2 | a > b (linear_top1) | +3.00 [+0.52, +5.48]")
