@@ -165,6 +165,7 @@ def claims_index(folder: Path) -> str:
     if absent:
         lines += ["", "Reports whose runs are not in this repository (their own verdict line, not recomputed):",
                   "", *absent]
-    lines += ["", f"{sum(verdicts.values())} claims recomputed: "
+    count = sum(verdicts.values())
+    lines += ["", f"{count} claim{'' if count == 1 else 's'} recomputed: "
                   + ", ".join(f"{count} {verdict}" for verdict, count in sorted(verdicts.items())) + "."]
     return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ def test_each_deciding_comparison_is_a_row_with_its_interval_verdict_and_its_arm
     assert lines[3] == ("| [ab.md](ab.md) | a beats b | 0,1,2 | c > b (linear_top1) | +0.33 [-1.10, +1.77] (ahead on 1/3) "
                         "| not reproduced | c 50.00 → 60.33, +10.33 [+8.90, +11.77] (ahead on 3/3)<br>b 50.00 → 60.00, "
                         "+10.00 [+10.00, +10.00] (ahead on 3/3) | not reproduced |")
-    assert lines[-1] == "1 claims recomputed: 1 not reproduced."
+    assert lines[-1] == "1 claim recomputed: 1 not reproduced."
 
 
 def test_an_arm_that_did_not_learn_is_said_so_and_a_contradicted_claim_is_counted(tmp_path, synthetic_raw, capsys):
@@ -51,7 +51,7 @@ def test_an_arm_that_did_not_learn_is_said_so_and_a_contradicted_claim_is_counte
     lines = index_lines(tmp_path / "reports", capsys)
     assert "| contradicted | a 50.00 → 39.00, -11.00 [-13.48, -8.52] (ahead on 0/3) **not shown to learn**<br>b " \
            "50.00 → 50.00, +0.00 [+0.00, +0.00] (ahead on 0/3) **not shown to learn** | contradicted |" in lines[2]
-    assert lines[-1] == "1 claims recomputed: 1 contradicted."
+    assert lines[-1] == "1 claim recomputed: 1 contradicted."
 
 
 def test_an_unfinished_suite_has_no_verdict_and_a_report_without_its_runs_keeps_its_own_line(tmp_path, synthetic_raw,
@@ -68,7 +68,7 @@ def test_an_unfinished_suite_has_no_verdict_and_a_report_without_its_runs_keeps_
     assert lines[2].startswith("| [done.md](done.md) | a beats b | 0,1 of 3 | a > b (linear_top1) | +2.50 ")
     assert lines[2].endswith("| no verdict yet |") and "| no verdict yet | a 50.00 → 62.50" in lines[2]
     assert f"- [moved.md](moved.md) (suite `{suite}`, runs `elsewhere/runs` not here): **Claim reproduced**." in lines
-    assert lines[-1] == "1 claims recomputed: 1 no verdict yet."
+    assert lines[-1] == "1 claim recomputed: 1 no verdict yet."
     assert all("README" not in line for line in lines)
 
 
@@ -135,7 +135,7 @@ def test_a_report_of_some_arms_is_recomputed_over_those_arms_and_is_partial(tmp_
     assert lines[2].startswith("| [ab.md](ab.md) | a beats b | 0,1,2 | a > b (linear_top1) | +3.00 [+0.52, +5.48] "
                                "(ahead on 3/3) | reproduced | a 50.00 → 63.00")
     assert lines[2].endswith("| partial |") and len(lines) == 7
-    assert lines[-1] == "1 claims recomputed: 1 partial."
+    assert lines[-1] == "1 claim recomputed: 1 partial."
 
 
 def test_runs_that_differ_from_their_suite_as_it_is_now_are_listed_with_the_keys(tmp_path, synthetic_raw, capsys):
