@@ -910,7 +910,8 @@ def test_the_shipped_suites_are_well_formed():
     The primary metric is the backbone's linear probe (item 5 of the protocol), except where the
     claim is read on another column of the paper's table, as its protocol declares: Orchestra's
     Table 1 semi-supervised fine-tuning (results/orchestra.md). The seeds are the protocol's 0-4, except
-    in a replication of a suite on fresh seeds, as its protocol declares (results/uv.md, results/fedsc.md)."""
+    in a replication of a suite on fresh seeds, as its protocol declares (results/uv.md, results/fedsc.md,
+    results/orchestra.md)."""
     suites = sorted((REPO / "claims").glob("*.yaml"))
     assert {p.stem for p in suites} >= {"fedsc_full", "fedsc_partial", "fedsc_dp", "uv_label_skew",
                                         "uv_covariate_shift", "orchestra", "hetero",
@@ -920,7 +921,8 @@ def test_the_shipped_suites_are_well_formed():
     declared_seeds = {"uv_covariate_shift_fresh": fresh, "uv_label_skew_fresh": fresh,
                       "fedsc_dp_same_schedule_fresh": (191, 192, 193, 194, 195),
                       "fedsc_partial_fresh": (196, 197, 198, 199, 200),
-                      "fedsc_full_fresh": (196, 197, 198, 199, 200)}
+                      "fedsc_full_fresh": (196, 197, 198, 199, 200),
+                      "orchestra_paper_skew_fresh": (201, 202, 203, 204, 205)}
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
