@@ -923,7 +923,9 @@ def test_the_shipped_suites_are_well_formed():
                       "fedsc_partial_fresh": (196, 197, 198, 199, 200),
                       "fedsc_full_fresh": (196, 197, 198, 199, 200),
                       "orchestra_paper_skew_fresh": (201, 202, 203, 204, 205),
-                      "orchestra_paper_skew_ablations_fresh": (201, 202, 203, 204, 205)}
+                      "orchestra_paper_skew_ablations_fresh": (201, 202, 203, 204, 205),
+                      "orchestra_paper_skew_baselines_fresh": (201, 202, 203, 204, 205),
+                      "orchestra_paper_skew_byol_fresh": (201, 202, 203, 204, 205)}
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
