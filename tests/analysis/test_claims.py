@@ -925,7 +925,8 @@ def test_the_shipped_suites_are_well_formed():
                       "orchestra_paper_skew_fresh": (201, 202, 203, 204, 205),
                       "orchestra_paper_skew_ablations_fresh": (201, 202, 203, 204, 205),
                       "orchestra_paper_skew_baselines_fresh": (201, 202, 203, 204, 205),
-                      "orchestra_paper_skew_byol_fresh": (201, 202, 203, 204, 205)}
+                      "orchestra_paper_skew_byol_fresh": (201, 202, 203, 204, 205),
+                      "hetero_fresh": (206, 207, 208, 209, 210)}
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
