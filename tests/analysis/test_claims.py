@@ -916,7 +916,8 @@ def test_the_shipped_suites_are_well_formed():
     assert {p.stem for p in suites} >= {"fedsc_full", "fedsc_partial", "fedsc_dp", "uv_label_skew",
                                         "uv_covariate_shift", "orchestra", "hetero",
                                         "orchestra_paper_skew_finetune"}
-    declared_primary = {"orchestra_paper_skew_finetune": "finetune_top1_10pct"}
+    declared_primary = {"orchestra_paper_skew_finetune": "finetune_top1_10pct",
+                        "orchestra_paper_skew_finetune_fresh": "finetune_top1_10pct"}
     fresh = (186, 187, 188, 189, 190)
     declared_seeds = {"uv_covariate_shift_fresh": fresh, "uv_label_skew_fresh": fresh,
                       "fedsc_dp_same_schedule_fresh": (191, 192, 193, 194, 195),
@@ -927,7 +928,8 @@ def test_the_shipped_suites_are_well_formed():
                       "orchestra_paper_skew_baselines_fresh": (201, 202, 203, 204, 205),
                       "orchestra_paper_skew_byol_fresh": (201, 202, 203, 204, 205),
                       "hetero_fresh": (206, 207, 208, 209, 210),
-                      "uv_covariate_shift_paper_rotations_fresh": (211, 212, 213, 214, 215)}
+                      "uv_covariate_shift_paper_rotations_fresh": (211, 212, 213, 214, 215),
+                      "orchestra_paper_skew_finetune_fresh": (216, 217, 218, 219, 220)}
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
