@@ -19,6 +19,13 @@ A suite file (YAML, ``claims/*.yaml``) names
   SimCLR when participation falls", "UV helps under label skew more than under covariate shift");
 - ``out``: the directory of the runs, ``OUT/ARM/seed_SEED/`` (``--runs-dir`` replaces it).
 
+A replication on other seeds names its original instead of copying it: ``replicates: FILE`` (a suite
+file, its path relative to the replicate's own folder; not itself a replicate) with ``claim``, ``seeds``
+(none of the original's) and ``out``, and optionally ``without_arms: [NAME, ...]`` (arms of the original
+left out with the secondary comparisons that read them; a deciding comparison cannot lose an arm). Every
+other key (``paper``, metrics, ``set``, arms, comparisons) is the original's, so the two cannot drift
+apart (:func:`read_suite`).
+
 ``--arms A,B,...`` restricts a suite to some of its arms (:func:`restrict_to_arms`): only their runs
 start, and the table shows them and the comparisons between them; the named arms must keep at least
 one deciding comparison whole, so that a suite's deciding pair can run on every seed before its
@@ -62,6 +69,8 @@ DIRECTIONS = ("greater", "equivalent", "not_greater")
 NEEDS_MARGIN = ("equivalent", "not_greater")
 SUITE_KEYS = ("claim", "paper", "seeds", "primary", "secondary", "set", "arms", "comparisons",
               "secondary_comparisons", "out")
+# a replicate's own keys: what tells it from its original; the rest it takes from the original
+REPLICATE_KEYS = ("replicates", "claim", "seeds", "out", "without_arms")
 # the report's "Suite" line names the arms ``--arms`` left out after this (analysis.claims_index reads it)
 ARMS_LEFT_OUT = " Arms of the suite left out (`--arms`): "
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -151,11 +160,70 @@ class Suite:
 
 def read_suite(path: str | Path) -> Suite:
     """Read and check a suite file's structure (not its scenarios); raises ``ScenarioError``
-    (``FILE: KEY: expected ...``)."""
+    (``FILE: KEY: expected ...``). A replicate (``replicates: FILE``) is read as its original with the
+    replicate's claim, seeds and out, less its ``without_arms``."""
     source = str(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ScenarioError(source, "-", "expected a mapping with the keys " + ", ".join(SUITE_KEYS))
+    if "replicates" in raw:
+        raw = replicated(source, raw)
+    return suite_of(source, raw)
+
+
+def replicated(source: str, raw: dict) -> dict:
+    """The mapping of the suite that ``raw`` (a replicate read from ``source``) replicates: the
+    original's keys, with the replicate's ``claim``, ``seeds`` and ``out``, and without the arms of
+    ``without_arms`` nor the secondary comparisons that read them."""
+    for key in raw:
+        if key not in REPLICATE_KEYS:
+            raise ScenarioError(source, str(key), "unknown key in a replicate (every other key is its original's); "
+                                                  "expected one of " + ", ".join(REPLICATE_KEYS))
+    for key in ("claim", "seeds", "out"):
+        if key not in raw:
+            raise ScenarioError(source, key, "expected this key (missing; a replicate names its own)")
+    name = raw["replicates"]
+    if not isinstance(name, str) or not name.strip():
+        raise ScenarioError(source, "replicates", f"expected the path of a suite file, relative to this file's "
+                                                  f"folder, got {name!r}")
+    original_path = Path(source).parent / name
+    try:
+        original_raw = read_yaml(original_path)
+    except ScenarioError as err:
+        raise ScenarioError(source, "replicates", str(err)) from None
+    if isinstance(original_raw, dict) and "replicates" in original_raw:
+        raise ScenarioError(source, "replicates", f"expected an original suite, got {name!r}, itself a "
+                                                  f"replicate of {original_raw['replicates']!r}")
+    try:
+        original = read_suite(original_path)  # the original checked whole
+    except ScenarioError as err:
+        raise ScenarioError(source, "replicates", str(err)) from None
+    seeds = raw["seeds"]
+    if isinstance(seeds, list) and set(seeds) & set(original.seeds):
+        raise ScenarioError(source, "seeds", f"expected seeds none of whose runs the original ({name}) has, got "
+                                             f"{sorted(set(seeds) & set(original.seeds))!r} among them")
+    without = raw.get("without_arms") or []
+    if (not isinstance(without, list) or not all(isinstance(arm, str) and arm in original.arms for arm in without)
+            or len(set(without)) != len(without)):
+        raise ScenarioError(source, "without_arms", f"expected a list of distinct arms of {name} "
+                                                    f"({', '.join(original.arms)}), got {without!r}")
+    for comparison in original.comparisons:
+        if comparison.arms() & set(without):
+            raise ScenarioError(source, "without_arms", f"expected arms no deciding comparison reads; "
+                                                        f"{comparison.label()} reads "
+                                                        f"{', '.join(sorted(comparison.arms() & set(without)))}")
+    merged = {**original_raw, "claim": raw["claim"], "seeds": seeds, "out": raw["out"],
+              "arms": {arm: value for arm, value in original_raw["arms"].items() if arm not in without}}
+    if "secondary_comparisons" in original_raw:
+        kept = [item for item, comparison in zip(original_raw["secondary_comparisons"] or [],
+                                                 original.secondary_comparisons)
+                if not comparison.arms() & set(without)]
+        merged["secondary_comparisons"] = kept
+    return merged
+
+
+def suite_of(source: str, raw: dict) -> Suite:
+    """The suite of a mapping read from ``source``, every key checked."""
     for key in raw:
         if key not in SUITE_KEYS:
             raise ScenarioError(source, str(key), "unknown key; expected one of " + ", ".join(SUITE_KEYS))

@@ -818,6 +818,84 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
     assert "nope.yaml: -: cannot read the file" in capsys.readouterr().err
 
 
+# ---- a replicate: the original suite on other seeds -------------------------------------------
+
+def test_a_replicate_prints_what_a_full_copy_of_its_original_on_its_seeds_prints(tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    original = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    raw = yaml.safe_load(original.read_text())
+    # the original ran other seeds (none of them kept here); the replicate's seeds 0-2 are the kept runs
+    write_yaml(original, {**raw, "seeds": [7, 8, 9], "out": str(tmp_path / "elsewhere")})
+    replicate = tmp_path / "claims" / "fresh.yaml"
+    replicate.write_text(f"# comments stay comments\nreplicates: suite.yaml\nclaim: a beats b again\n"
+                         f"seeds: [0, 1, 2]\nout: {tmp_path / 'runs'}\n")
+    copy = write_yaml(tmp_path / "claims" / "copy.yaml", {**raw, "claim": "a beats b again"})
+    assert main(["claim", str(copy), "--no-run"]) == 0
+    expected = capsys.readouterr().out
+    assert main(["claim", str(replicate), "--no-run"]) == 0
+    out = capsys.readouterr().out
+    assert out == expected.replace(str(copy), str(replicate))
+    assert "# Claim: a beats b again" in out and "Paper: Nobody et al., Table 1" in out  # its claim, the paper's
+    assert "seeds 0,1,2" in out and "**Claim reproduced**." in out
+    # an edit of the original reaches the replicate: the two cannot drift apart
+    write_yaml(original, {**raw, "seeds": [7, 8, 9], "primary": "knn_top1", "secondary": []})
+    assert read_suite(replicate).primary == "knn_top1"
+
+
+def test_a_replicate_leaves_out_arms_with_the_secondary_comparisons_that_read_them(tmp_path, synthetic_raw):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60], "c": [0.61, 0.62, 0.66]}
+    original = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    raw = yaml.safe_load(original.read_text())
+    write_yaml(original, {**raw, "seeds": [7], "secondary_comparisons": [{"arm": "c", "baseline": "b"},
+                                                                          {"arm": "b", "baseline": "a"}]})
+    replicate = write_yaml(tmp_path / "claims" / "fresh.yaml", {"replicates": "suite.yaml", "claim": "again",
+                                                                "seeds": [0, 1], "without_arms": ["c"], "out": "o"})
+    suite = read_suite(replicate)
+    assert list(suite.arms) == ["a", "b"] and suite.seeds == (0, 1) and suite.out == "o"
+    assert [(c.arm, c.baseline) for c in suite.secondary_comparisons] == [("b", "a")]
+    assert [(c.arm, c.baseline, c.direction) for c in suite.comparisons] == [("a", "b", "greater")]
+    assert suite.left_out == ()  # read as a suite of these arms: the report names no --arms
+
+
+def test_replicate_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_raw, capsys):
+    finals = {"a": [0.62, 0.63, 0.64], "b": [0.60, 0.60, 0.60]}
+    original = fake_suite(tmp_path, synthetic_raw, [{"arm": "a", "baseline": "b", "direction": "greater"}], finals)
+    raw = yaml.safe_load(original.read_text())
+    write_yaml(original, {**raw, "seeds": [7, 8], "out": str(tmp_path / "out")})
+    write_yaml(tmp_path / "claims" / "broken.yaml", {**raw, "seeds": [0, 0]})
+    write_yaml(tmp_path / "claims" / "chained.yaml", {"replicates": "suite.yaml", "claim": "x", "seeds": [3],
+                                                      "out": str(tmp_path / "out")})
+    good = {"replicates": "suite.yaml", "claim": "again", "seeds": [0, 1], "out": str(tmp_path / "out")}
+    claims = tmp_path / "claims"
+    cases = [
+        ({"primary": "knn_top1"}, "primary: unknown key in a replicate (every other key is its original's); "
+                                  "expected one of replicates, claim, seeds, out, without_arms"),
+        ({"seeds": [1, 8]}, "seeds: expected seeds none of whose runs the original (suite.yaml) has, got [8] among them"),
+        ({"seeds": [0, 0]}, "seeds: expected a non-empty list of distinct non-negative integers, got [0, 0]"),
+        ({"replicates": "nope.yaml"}, f"replicates: {claims / 'nope.yaml'}: -: cannot read the file"),
+        ({"replicates": 3}, "replicates: expected the path of a suite file, relative to this file's folder, got 3"),
+        ({"replicates": "broken.yaml"}, f"replicates: {claims / 'broken.yaml'}: seeds: expected a non-empty list"),
+        ({"replicates": "chained.yaml"}, "replicates: expected an original suite, got 'chained.yaml', itself a "
+                                         "replicate of 'suite.yaml'"),
+        ({"replicates": "replicate.yaml"}, "replicates: expected an original suite, got 'replicate.yaml', itself a "
+                                           "replicate of 'replicate.yaml'"),  # of itself
+        ({"without_arms": ["z"]}, "without_arms: expected a list of distinct arms of suite.yaml (a, b), got ['z']"),
+        ({"without_arms": ["b"]}, "without_arms: expected arms no deciding comparison reads; a − b reads b"),
+    ]
+    for change, expected in cases:
+        replicate = write_yaml(claims / "replicate.yaml", {**good, **change})
+        assert main(["claim", str(replicate)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedssl: error: {replicate}: {expected}"), err
+        assert err.count("\n") == 1, err
+        assert not (tmp_path / "out").exists()
+    for missing in ("claim", "seeds", "out"):
+        replicate = write_yaml(claims / "replicate.yaml", {k: v for k, v in good.items() if k != missing})
+        assert main(["claim", str(replicate)]) == 2
+        assert capsys.readouterr().err == (f"fedssl: error: {replicate}: {missing}: expected this key (missing; a "
+                                           f"replicate names its own)\n")
+
+
 def test_an_interrupted_run_whose_data_are_gone_is_one_line_before_anything_runs(tmp_path, synthetic_raw, capsys):
     scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
     suite = write_yaml(tmp_path / "suite.yaml", {
@@ -935,6 +1013,8 @@ def test_the_shipped_suites_are_well_formed():
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
+        if path.stem.endswith("_fresh"):  # a replication names its original rather than copying it
+            assert yaml.safe_load(path.read_text())["replicates"] == path.name.replace("_fresh", ""), path
         assert suite.primary == declared_primary.get(path.stem, "linear_top1"), path
         for arm in suite.arms.values():
             load_scenario(REPO / arm.scenario, [*suite.shared_overrides, *arm.overrides])
