@@ -732,6 +732,18 @@ def test_a_deadline_that_comes_when_every_run_has_finished_prints_the_claim(tmp_
 
 # ---- errors in the suite file ---------------------------------------------------------------
 
+def assert_one_line_errors(suite, good, cases, out, capsys):
+    """Each (change, expected) of ``cases``: the suite file ``good`` changed so, written to ``suite``, makes
+    ``fedssl claim`` exit 2 with the one line ``SUITE: expected`` and leaves ``out`` unwritten."""
+    for change, expected in cases:
+        write_yaml(suite, {**good, **change})
+        assert main(["claim", str(suite)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedssl: error: {suite}: {expected}"), err
+        assert err.count("\n") == 1, err
+        assert not out.exists()
+
+
 def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_raw, capsys):
     scenario_file = write_yaml(tmp_path / "tiny.yaml", synthetic_raw)
     bad_file = write_yaml(tmp_path / "bad.yaml", {**synthetic_raw, "training": {"lr": -1}})
@@ -807,13 +819,7 @@ def test_suite_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthetic_
         ({"seeds": [True]}, "seeds: expected a non-empty list of distinct non-negative integers, got [True]"),
         ({"seeds": [0, -1]}, "seeds: expected a non-empty list of distinct non-negative integers, got [0, -1]"),
     ]
-    for change, expected in cases:
-        suite = write_yaml(tmp_path / "suite.yaml", {**good, **change})
-        assert main(["claim", str(suite)]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith(f"fedssl: error: {suite}: {expected}"), err
-        assert err.count("\n") == 1, err
-        assert not (tmp_path / "out").exists()
+    assert_one_line_errors(tmp_path / "suite.yaml", good, cases, tmp_path / "out", capsys)
     assert main(["claim", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: -: cannot read the file" in capsys.readouterr().err
 
@@ -882,13 +888,7 @@ def test_replicate_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthe
         ({"without_arms": ["z"]}, "without_arms: expected a list of distinct arms of suite.yaml (a, b), got ['z']"),
         ({"without_arms": ["b"]}, "without_arms: expected arms no deciding comparison reads; a − b reads b"),
     ]
-    for change, expected in cases:
-        replicate = write_yaml(claims / "replicate.yaml", {**good, **change})
-        assert main(["claim", str(replicate)]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith(f"fedssl: error: {replicate}: {expected}"), err
-        assert err.count("\n") == 1, err
-        assert not (tmp_path / "out").exists()
+    assert_one_line_errors(claims / "replicate.yaml", good, cases, tmp_path / "out", capsys)
     for missing in ("claim", "seeds", "out"):
         replicate = write_yaml(claims / "replicate.yaml", {k: v for k, v in good.items() if k != missing})
         assert main(["claim", str(replicate)]) == 2
