@@ -164,9 +164,7 @@ def read_suite(path: str | Path) -> Suite:
     replicate's claim, seeds and out, less its ``without_arms``."""
     source = str(path)
     raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise ScenarioError(source, "-", "expected a mapping with the keys " + ", ".join(SUITE_KEYS))
-    if "replicates" in raw:
+    if isinstance(raw, dict) and "replicates" in raw:
         raw = replicated(source, raw)
     return suite_of(source, raw)
 
@@ -195,7 +193,7 @@ def replicated(source: str, raw: dict) -> dict:
         raise ScenarioError(source, "replicates", f"expected an original suite, got {name!r}, itself a "
                                                   f"replicate of {original_raw['replicates']!r}")
     try:
-        original = read_suite(original_path)  # the original checked whole
+        original = suite_of(str(original_path), original_raw)  # the original checked whole
     except ScenarioError as err:
         raise ScenarioError(source, "replicates", str(err)) from None
     seeds = raw["seeds"]
@@ -222,8 +220,10 @@ def replicated(source: str, raw: dict) -> dict:
     return merged
 
 
-def suite_of(source: str, raw: dict) -> Suite:
-    """The suite of a mapping read from ``source``, every key checked."""
+def suite_of(source: str, raw: Any) -> Suite:
+    """The suite of a suite file's document ``raw`` read from ``source``, every key checked."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(source, "-", "expected a mapping with the keys " + ", ".join(SUITE_KEYS))
     for key in raw:
         if key not in SUITE_KEYS:
             raise ScenarioError(source, str(key), "unknown key; expected one of " + ", ".join(SUITE_KEYS))

@@ -869,6 +869,7 @@ def test_replicate_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthe
     raw = yaml.safe_load(original.read_text())
     write_yaml(original, {**raw, "seeds": [7, 8], "out": str(tmp_path / "out")})
     write_yaml(tmp_path / "claims" / "broken.yaml", {**raw, "seeds": [0, 0]})
+    write_yaml(tmp_path / "claims" / "listed.yaml", [raw])
     write_yaml(tmp_path / "claims" / "chained.yaml", {"replicates": "suite.yaml", "claim": "x", "seeds": [3],
                                                       "out": str(tmp_path / "out")})
     good = {"replicates": "suite.yaml", "claim": "again", "seeds": [0, 1], "out": str(tmp_path / "out")}
@@ -881,6 +882,7 @@ def test_replicate_errors_are_one_line_exit_2_and_write_nothing(tmp_path, synthe
         ({"replicates": "nope.yaml"}, f"replicates: {claims / 'nope.yaml'}: -: cannot read the file"),
         ({"replicates": 3}, "replicates: expected the path of a suite file, relative to this file's folder, got 3"),
         ({"replicates": "broken.yaml"}, f"replicates: {claims / 'broken.yaml'}: seeds: expected a non-empty list"),
+        ({"replicates": "listed.yaml"}, f"replicates: {claims / 'listed.yaml'}: -: expected a mapping with the keys"),
         ({"replicates": "chained.yaml"}, "replicates: expected an original suite, got 'chained.yaml', itself a "
                                          "replicate of 'suite.yaml'"),
         ({"replicates": "replicate.yaml"}, "replicates: expected an original suite, got 'replicate.yaml', itself a "
