@@ -1013,7 +1013,8 @@ def test_the_shipped_suites_are_well_formed():
                       "fedsc_partial_unbound_clip_fresh": (221, 222, 223, 224, 225),
                       "fedsc_full_unbound_clip_fresh": (226, 227, 228, 229, 230),
                       "fedsc_dp_fresh": (231, 232, 233, 234, 235),
-                      "orchestra_paper_skew_participation_fresh": (236, 237, 238, 239, 240)}
+                      "orchestra_paper_skew_participation_fresh": (236, 237, 238, 239, 240),
+                      "orchestra_fresh": (241, 242, 243, 244, 245)}
     for path in suites:
         suite = read_suite(path)
         assert suite.seeds == declared_seeds.get(path.stem, (0, 1, 2, 3, 4)), path
