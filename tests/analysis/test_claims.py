@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from analysis.claims import decide, overall, read_suite
-from analysis.claims_index import INDEX, report_sources
+from analysis.claims_index import INDEX, left_out_arms, report_sources
 from simulator.cli import main
 from simulator.scenario import load_scenario
 
@@ -1208,11 +1208,14 @@ def test_the_reports_whose_runs_are_not_kept_are_the_known_ones():
 def test_a_kept_report_is_what_fedssl_claim_prints_from_its_kept_runs(report, monkeypatch, capsys):
     """Each report in ``results/claims/`` (from its "# Claim" line on; the notes above it are by hand)
     is what ``fedssl claim SUITE --runs-dir RUNS --no-run`` prints from the runs kept in the
-    repository: a changed suite, a kept run changed or removed, or a change to the report's code shows
-    here until the report is regenerated (and its change said in its notes)."""
+    repository (with ``--arms`` where the report left arms out): a changed suite, a kept run changed or
+    removed, or a change to the report's code shows here until the report is regenerated (and its change
+    said in its notes)."""
     suite, runs = report_sources(report)
+    left_out = left_out_arms(report)
+    arms = [] if not left_out else ["--arms", ",".join(a for a in read_suite(suite).arms if a not in left_out)]
     monkeypatch.chdir(REPO)
-    assert main(["claim", suite, "--runs-dir", runs, "--no-run"]) == 0
+    assert main(["claim", suite, "--runs-dir", runs, *arms, "--no-run"]) == 0
     text = report.read_text().splitlines()
     body = text[next(i for i, line in enumerate(text) if line.startswith("# Claim")):]
     assert capsys.readouterr().out.splitlines() == body
